@@ -1,0 +1,77 @@
+//! One function per subcommand. They open the cache, call the engine, and print; exit codes:
+//! 0 success, 1 failure (message on stderr), 3 `address` with no server running.
+
+mod stage;
+mod stats;
+
+pub use stage::{stage, StageArgs};
+pub use stats::stats;
+
+use anyhow::Context;
+use clonestage_engine::{tree, Cache};
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn open(cache: &Path) -> anyhow::Result<Cache> {
+    Cache::open(cache).with_context(|| format!("opening cache {}", cache.display()))
+}
+
+pub fn ingest(cache: &Path, path: &Path, all_executable: bool) -> anyhow::Result<ExitCode> {
+    let c = open(cache)?;
+    let opts = tree::IngestOptions { all_executable, ..Default::default() };
+    let d = tree::ingest_path(&c, path, opts)?;
+    println!("{d}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn verify(cache: &Path) -> anyhow::Result<ExitCode> {
+    let c = open(cache)?;
+    let (checked, bad) = c.verify()?;
+    for b in &bad {
+        let actual = b.actual.map(|a| a.to_string()).unwrap_or_else(|| "unreadable".into());
+        eprintln!("corrupt: {} at {} (content hashes to {actual}); quarantined", b.digest, b.path.display());
+    }
+    println!("verified {checked} cache inodes, {} corrupt", bad.len());
+    Ok(if bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
+    let c = open(cache)?;
+    let r = c.gc(max_size)?;
+    println!(
+        "{} -> {} bytes; evicted {} blobs, {} subtrees; kept {} pinned ({} pinned roots)",
+        r.bytes_before, r.bytes_after, r.blobs_evicted, r.subtrees_evicted, r.kept_pinned, r.pinned_roots
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn address(cache: &Path, tcp: bool) -> anyhow::Result<ExitCode> {
+    match clonestage_server::address(cache, tcp) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{l}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("clonestage: {e:#}");
+            Ok(ExitCode::from(3))
+        }
+    }
+}
+
+/// `123`, `10K`, `64M`, `2G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        Some('T' | 't') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("'{s}' is not a size (bytes, or with K/M/G/T)"))
+}

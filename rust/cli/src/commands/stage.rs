@@ -1,0 +1,45 @@
+//! `clonestage stage DIGEST DEST`.
+
+use clonestage_engine::tree::SymlinkPolicy;
+use clonestage_engine::{Digest, MethodPreference, StageRequest, Stager};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+pub struct StageArgs {
+    pub digest: String,
+    pub dest: PathBuf,
+    pub outputs: Vec<String>,
+    pub method: MethodPreference,
+    pub symlinks: SymlinkPolicy,
+    pub json: bool,
+}
+
+pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
+    let root = Digest::parse(&a.digest)?;
+    let stager = Stager::new(Arc::new(super::open(cache)?));
+    // Testing hook: fail after N files, to prove a failed stage leaves nothing behind.
+    let fail_after_files = std::env::var("CLONESTAGE_FAULT_FAIL_AFTER").ok().and_then(|v| v.parse().ok());
+    let staged = stager.stage(&StageRequest {
+        root,
+        dest: a.dest,
+        outputs: a.outputs,
+        method: a.method,
+        symlinks: a.symlinks,
+        fail_after_files,
+    })?;
+    if a.json {
+        let mut v = serde_json::to_value(&staged.counters)?;
+        v["micros"] = staged.micros.into();
+        println!("{v}");
+    } else {
+        let c = &staged.counters;
+        eprintln!(
+            "staged {} in {:.1} ms: clonefile {} reflink {} snapshot {} hardlink {} copy {} empty {} symlinks {}; subtree hits {} misses {}; fallbacks {}",
+            staged.dest.display(),
+            staged.micros as f64 / 1000.0,
+            c.clonefile, c.reflink, c.snapshot, c.hardlink, c.copy, c.empty, c.symlinks, c.subtree_hits, c.subtree_misses, c.fallbacks
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,39 @@
+//! `clonestage stats [--json]`: the counters every process sharing the cache has recorded.
+
+use clonestage_engine::stats;
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let c = super::open(cache)?;
+    let s = stats::load(c.root())?;
+    if json {
+        println!("{}", serde_json::to_string(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("cache: {}", c.root().display());
+    println!("cache bytes: {}", clonestage_engine::cas::cache_bytes(&c));
+    println!("stages: {} ({} failed), staging time total {:.1} ms", s.stages, s.stage_failures, s.stage_us_total as f64 / 1000.0);
+    println!("files/trees by method:");
+    for (k, v) in [
+        ("clonefile", s.clonefile),
+        ("reflink", s.reflink),
+        ("snapshot", s.snapshot),
+        ("hardlink", s.hardlink),
+        ("copy", s.copy),
+        ("empty", s.empty),
+        ("symlinks", s.symlinks),
+    ] {
+        println!("  {k:<10} {v}");
+    }
+    println!("subtree cache: {} hits, {} misses", s.subtree_hits, s.subtree_misses);
+    println!("fallbacks: {}", s.fallbacks);
+    for (k, v) in &s.fallback_reasons {
+        println!("  {k:<10} {v}");
+    }
+    println!("tampered hardlinked inputs quarantined: {}", s.tampered);
+    for (k, v) in &s.extra {
+        println!("{k}: {v}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,147 @@
+//! `clonestage`: the command line over the staging engine and the local REAPI endpoint.
+//! Flags are defined once here with their docs; each command lives in `commands/`.
+
+mod commands;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "clonestage", version, about = "Stage Bazel action inputs by clonefile/reflink/hardlink from a local cache")]
+struct Cli {
+    /// Cache directory [default: $CLONESTAGE_CACHE, else ~/.cache/clonestage, ~/Library/Caches/clonestage on macOS]
+    #[arg(long, global = true, value_name = "DIR")]
+    cache: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Put a file or directory tree into the cache; print its digest `<sha256>/<size>`.
+    Ingest {
+        path: PathBuf,
+        /// Mark every file executable, as Bazel does for action inputs (matches Bazel's digest).
+        #[arg(long)]
+        all_executable: bool,
+    },
+    /// Materialize tree DIGEST at DEST, which must not exist.
+    Stage {
+        digest: String,
+        dest: PathBuf,
+        /// An output path relative to DEST whose parent directories must be writable (repeatable).
+        #[arg(long = "output", value_name = "REL")]
+        outputs: Vec<String>,
+        /// Preferred method; fallbacks still happen (and are counted) where it cannot work.
+        #[arg(long, value_enum, default_value = "auto")]
+        method: Method,
+        /// Accept symlinks with absolute targets.
+        #[arg(long)]
+        allow_absolute_symlinks: bool,
+        /// Accept relative symlinks that climb out of the root.
+        #[arg(long)]
+        allow_escaping_symlinks: bool,
+        /// Print the stage's own counters as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show counters kept across processes (per method, subtree cache, fallbacks, staging time).
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-hash every blob; exit 1 naming each corrupt one (they are quarantined).
+    Verify,
+    /// Evict least-recently-used blobs until the cache holds at most --max-size bytes.
+    Gc {
+        /// Bytes; K, M, G suffixes (powers of 1024) accepted.
+        #[arg(long, value_parser = commands::parse_size)]
+        max_size: u64,
+    },
+    /// Serve the Remote Execution API for Bazel on a unix socket and loopback TCP.
+    Serve {
+        /// Loopback TCP port [default: any free port].
+        #[arg(long)]
+        port: Option<u16>,
+        /// Actions run in parallel [default: number of cores].
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// The clonestage-spawn wrapper [default: $CLONESTAGE_SPAWN, beside this binary, PATH].
+        #[arg(long)]
+        spawn: Option<PathBuf>,
+    },
+    /// Print the Bazel flags that reach the running server, one per line.
+    Address {
+        /// The loopback TCP form with its token header (Bazel < 6 cannot use unix sockets).
+        #[arg(long)]
+        tcp: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Method {
+    Auto,
+    Clone,
+    Hardlink,
+    Copy,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CLONESTAGE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let cache = cli.cache.clone().unwrap_or_else(clonestage_engine::default_cache_dir);
+    let r = match cli.cmd {
+        Cmd::Ingest { path, all_executable } => commands::ingest(&cache, &path, all_executable),
+        Cmd::Stage {
+            digest,
+            dest,
+            outputs,
+            method,
+            allow_absolute_symlinks,
+            allow_escaping_symlinks,
+            json,
+        } => commands::stage(
+            &cache,
+            commands::StageArgs {
+                digest,
+                dest,
+                outputs,
+                method: match method {
+                    Method::Auto => clonestage_engine::MethodPreference::Auto,
+                    Method::Clone => clonestage_engine::MethodPreference::Clone,
+                    Method::Hardlink => clonestage_engine::MethodPreference::Hardlink,
+                    Method::Copy => clonestage_engine::MethodPreference::Copy,
+                },
+                symlinks: clonestage_engine::tree::SymlinkPolicy {
+                    allow_absolute: allow_absolute_symlinks,
+                    allow_escaping: allow_escaping_symlinks,
+                },
+                json,
+            },
+        ),
+        Cmd::Stats { json } => commands::stats(&cache, json),
+        Cmd::Verify => commands::verify(&cache),
+        Cmd::Gc { max_size } => commands::gc(&cache, max_size),
+        Cmd::Serve { port, jobs, spawn } => clonestage_server::serve(clonestage_server::ServeOptions {
+            cache_dir: cache,
+            port,
+            jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)),
+            spawn,
+        })
+        .map(|_| ExitCode::SUCCESS),
+        Cmd::Address { tcp } => commands::address(&cache, tcp),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("clonestage: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

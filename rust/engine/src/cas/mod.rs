@@ -1,0 +1,233 @@
+//! The local content-addressed cache. One directory, shared safely by any number of processes:
+//!
+//! ```text
+//! <cache>/blobs/<hh>/<sha256>-<size>     blob, mode 0o444, never modified after it is installed
+//! <cache>/exec/<hh>/<sha256>-<size>      the same bytes as its own 0o555 inode (hardlinked executables)
+//! <cache>/replicas/<hh>/<sha256>-<size>.<n>  extra inodes for blobs whose link count is full (EMLINK)
+//! <cache>/subtrees/<sha256>-<size>/      a materialized, read-only Directory, cloned whole into roots
+//! <cache>/tmp/                           files being written; installed by atomic no-replace rename
+//! <cache>/pins/<pid>-<n>                 roots in use by a live process (flock'ed by the owner)
+//! <cache>/quarantine/                    blobs found corrupt or written through, never served again
+//! <cache>/access.log, stats.json, devices.json, gc.lock
+//! ```
+//!
+//! A blob is written to `tmp/`, hashed, checked against the digest it was offered under, set
+//! read-only, and only then renamed into place without replacing: a crash leaves at worst a
+//! stray temp file, never a wrong blob under a right name. The empty blob is never stored.
+
+mod gc;
+mod pins;
+mod verify;
+mod write;
+
+pub use gc::cache_bytes;
+pub use gc::GcReport;
+pub use pins::PinGuard;
+pub(crate) use pins::{flock as flock_file, open_lock as open_lock_file};
+pub use verify::CorruptBlob;
+pub use write::{PutFile, Upload};
+
+use crate::digest::Digest;
+use crate::error::{IoContext, Result};
+use crate::platform::Dir;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The mtime every installed cache inode carries (2001-09-09). An inode whose mtime differs
+/// was written after install: that is how hardlinked inputs are checked after an action.
+pub const BLOB_MTIME: i64 = 1_000_000_000;
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+const SUBDIRS: [&str; 7] = [
+    "blobs",
+    "exec",
+    "replicas",
+    "subtrees",
+    "tmp",
+    "pins",
+    "quarantine",
+];
+
+pub struct Cache {
+    root: PathBuf,
+    tmp: Dir,
+    pins: Arc<pins::PinTable>,
+    /// Source devices from which cloning into the cache failed: copy from them directly.
+    no_clone_from: Mutex<HashMap<u64, ()>>,
+}
+
+impl Cache {
+    /// Open (creating if needed) the cache at `root`.
+    pub fn open(root: &Path) -> Result<Cache> {
+        std::fs::create_dir_all(root).ctx("mkdir", root)?;
+        let root = root.canonicalize().ctx("realpath", root)?;
+        for sub in SUBDIRS {
+            let p = root.join(sub);
+            match std::fs::create_dir(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(crate::Error::io("mkdir", &p, e))
+                }
+                _ => {}
+            }
+        }
+        let tmp_path = root.join("tmp");
+        let tmp = Dir::open(&tmp_path).ctx("open", &tmp_path)?;
+        Ok(Cache {
+            pins: Arc::new(pins::PinTable::new(root.join("pins"))),
+            root,
+            tmp,
+            no_clone_from: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn sharded(&self, dir: &str, d: &Digest, suffix: &str) -> PathBuf {
+        let hex = d.hex();
+        self.root
+            .join(dir)
+            .join(&hex[..2])
+            .join(format!("{hex}-{}{suffix}", d.size))
+    }
+
+    /// Where blob `d` lives (whether or not it is present). Not meaningful for the empty blob.
+    pub fn blob_path(&self, d: &Digest) -> PathBuf {
+        self.sharded("blobs", d, "")
+    }
+
+    pub(crate) fn exec_path(&self, d: &Digest) -> PathBuf {
+        self.sharded("exec", d, "")
+    }
+
+    pub(crate) fn replica_path(&self, d: &Digest, exec: bool, n: u32) -> PathBuf {
+        self.sharded(
+            "replicas",
+            d,
+            &format!(".{}{n}", if exec { "x" } else { "r" }),
+        )
+    }
+
+    pub(crate) fn subtree_path(&self, d: &Digest) -> PathBuf {
+        self.root.join("subtrees").join(d.file_name())
+    }
+
+    /// A fresh name in `tmp/` (pid first, so sweeps can tell dead writers' leftovers). The
+    /// sequence is process-wide: several `Cache` values on one directory never collide.
+    pub(crate) fn tmp_name(&self, tag: &str) -> String {
+        let n = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}-{tag}", std::process::id())
+    }
+
+    pub(crate) fn tmp_dir(&self) -> &Dir {
+        &self.tmp
+    }
+
+    /// True if the blob is present with the right size (the empty blob is always present).
+    pub fn contains(&self, d: &Digest) -> bool {
+        if d.is_empty() {
+            return true;
+        }
+        matches!(std::fs::metadata(self.blob_path(d)), Ok(m) if m.len() == d.size)
+    }
+
+    /// Digests of `ds` that are not present (the empty blob never is missing).
+    pub fn find_missing<'a>(&self, ds: impl IntoIterator<Item = &'a Digest>) -> Vec<Digest> {
+        ds.into_iter()
+            .filter(|d| !self.contains(d))
+            .copied()
+            .collect()
+    }
+
+    /// Open a blob for reading.
+    pub fn open_blob(&self, d: &Digest) -> Result<Option<File>> {
+        if d.is_empty() {
+            let p = Path::new("/dev/null");
+            return File::open(p).ctx("open", p).map(Some);
+        }
+        let p = self.blob_path(d);
+        match File::open(&p) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(crate::Error::io("open", p, e)),
+        }
+    }
+
+    /// Read a whole blob into memory (for Directory messages and small batch reads).
+    pub fn read(&self, d: &Digest) -> Result<Option<Vec<u8>>> {
+        if d.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let p = self.blob_path(d);
+        match std::fs::read(&p) {
+            Ok(v) if v.len() as u64 == d.size => Ok(Some(v)),
+            Ok(v) => Err(crate::Error::DigestMismatch {
+                what: format!("cached blob {}", p.display()),
+                expected: *d,
+                actual: Digest::of_bytes(&v),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(crate::Error::io("read", p, e)),
+        }
+    }
+
+    /// Keep `root` and everything reachable from it from eviction until the guard drops.
+    /// Visible to `gc` in every process sharing this cache.
+    pub fn pin(&self, root: &Digest) -> Result<PinGuard> {
+        pins::PinTable::pin(&self.pins, &self.root.join("gc.lock"), *root)
+    }
+
+    /// Remember that `root` was used now (for LRU eviction). One O_APPEND write.
+    pub fn note_access(&self, root: &Digest) {
+        use std::io::Write;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let p = self.root.join("access.log");
+        let r = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .and_then(|mut f| f.write_all(format!("{secs} {root}\n").as_bytes()));
+        if let Err(e) = r {
+            tracing::warn!(path = %p.display(), error = %e, "cannot record cache access");
+        }
+    }
+}
+
+/// Remove `tmp/` entries, and half-built `subtrees/.b-*` entries, left by processes that no
+/// longer exist.
+pub fn sweep_dead_tmp(cache: &Cache) -> usize {
+    let mut removed = 0;
+    let entries = ["tmp", "subtrees"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(cache.root.join(d)).ok())
+        .flat_map(|rd| rd.flatten());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let name = name.strip_prefix(".b-").unwrap_or(&name);
+        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() as i32 || pid_alive(pid) {
+            continue;
+        }
+        if crate::remove::remove_tree(&e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+pub(crate) fn pid_alive(pid: i32) -> bool {
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! Pins: roots a running stage (or action) uses, kept from eviction in every process.
+//!
+//! Each process owns one file `pins/<pid>-<nanos>`, flock'ed exclusively for its lifetime and
+//! rewritten in place with the digests it pins. `gc` takes `gc.lock` exclusively, and reads
+//! every pin file whose lock it cannot take (a live owner); a file whose lock it can take
+//! belongs to a dead process and is removed. `pin` registers under a shared `gc.lock`, so a
+//! root is either pinned before gc decides, or staged after gc has finished.
+
+use crate::digest::Digest;
+use crate::error::{Error, IoContext, Result};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub(crate) struct PinTable {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    counts: HashMap<Digest, usize>,
+    file: Option<(File, PathBuf)>,
+}
+
+/// Unpins its root when dropped.
+pub struct PinGuard {
+    table: Arc<PinTable>,
+    root: Digest,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let mut inner = self.table.inner.lock().unwrap();
+        if let Some(n) = inner.counts.get_mut(&self.root) {
+            *n -= 1;
+            if *n == 0 {
+                inner.counts.remove(&self.root);
+                let _ = inner.rewrite();
+            }
+        }
+    }
+}
+
+pub(crate) fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+pub(crate) fn open_lock(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .ctx("open", path)
+}
+
+impl Inner {
+    fn rewrite(&mut self) -> std::io::Result<()> {
+        let Some((f, _)) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let mut text = String::new();
+        for d in self.counts.keys() {
+            text.push_str(&format!("{d}\n"));
+        }
+        f.set_len(0)?;
+        f.rewind()?;
+        f.write_all(text.as_bytes())
+    }
+}
+
+impl PinTable {
+    pub(crate) fn new(dir: PathBuf) -> PinTable {
+        PinTable {
+            dir,
+            inner: Mutex::new(Inner {
+                counts: HashMap::new(),
+                file: None,
+            }),
+        }
+    }
+
+    pub(crate) fn pin(this: &Arc<PinTable>, gc_lock: &Path, root: Digest) -> Result<PinGuard> {
+        let lock = open_lock(gc_lock)?;
+        flock(&lock, libc::LOCK_SH).ctx("flock", gc_lock)?;
+        let mut inner = this.inner.lock().unwrap();
+        if inner.file.is_none() {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let p = this.dir.join(format!("{}-{nanos}", std::process::id()));
+            let f = open_lock(&p)?;
+            flock(&f, libc::LOCK_EX | libc::LOCK_NB).ctx("flock", &p)?;
+            inner.file = Some((f, p));
+        }
+        let n = inner.counts.entry(root).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            let path = inner.file.as_ref().map(|f| f.1.clone()).unwrap_or_default();
+            inner.rewrite().map_err(|e| Error::io("write", path, e))?;
+        }
+        drop(inner);
+        drop(lock);
+        Ok(PinGuard {
+            table: this.clone(),
+            root,
+        })
+    }
+
+    /// Roots pinned by this process and by every other live process. Call with gc.lock held
+    /// exclusively. Removes pin files of dead processes.
+    pub(crate) fn all_pinned(&self) -> Result<Vec<Digest>> {
+        let inner = self.inner.lock().unwrap();
+        let mut out: Vec<Digest> = inner.counts.keys().copied().collect();
+        let own = inner.file.as_ref().map(|f| f.1.clone());
+        drop(inner);
+        let rd = std::fs::read_dir(&self.dir).ctx("readdir", &self.dir)?;
+        for e in rd.flatten() {
+            let p = e.path();
+            if Some(&p) == own.as_ref() {
+                continue;
+            }
+            let Ok(f) = File::open(&p) else { continue };
+            if flock(&f, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+                // Nobody holds it: the owner is gone.
+                let _ = std::fs::remove_file(&p);
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            out.extend(text.lines().filter_map(|l| Digest::parse(l).ok()));
+        }
+        Ok(out)
+    }
+}

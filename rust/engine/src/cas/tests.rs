@@ -1,0 +1,164 @@
+//! CAS behaviour: atomic verified writes, the empty blob, verify, eviction and pins.
+
+use super::*;
+use crate::tree::{self, Directory, FileNode};
+use std::os::unix::fs::PermissionsExt;
+
+fn cache() -> (tempfile::TempDir, Cache) {
+    let t = tempfile::tempdir().unwrap();
+    let c = Cache::open(&t.path().join("c")).unwrap();
+    (t, c)
+}
+
+#[test]
+fn blobs_are_read_only_verified_and_the_empty_blob_is_never_stored() {
+    let (_t, c) = cache();
+    let d = c.put_bytes(b"hello", None).unwrap();
+    let m = std::fs::metadata(c.blob_path(&d)).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o444);
+    assert_eq!(c.read(&d).unwrap().unwrap(), b"hello");
+    // A digest that lies is refused and nothing is stored under it.
+    let liar = Digest::of_bytes(b"something else");
+    assert!(matches!(
+        c.put_bytes(b"hello!", Some(&liar)),
+        Err(crate::Error::DigestMismatch { .. })
+    ));
+    assert!(!c.contains(&liar));
+    let e = c.put_bytes(b"", None).unwrap();
+    assert_eq!(e, Digest::EMPTY);
+    assert!(c.contains(&e));
+    assert!(!c.blob_path(&e).exists());
+    assert_eq!(
+        std::fs::read_dir(c.root().join("tmp")).unwrap().count(),
+        0,
+        "no temp files left"
+    );
+}
+
+#[test]
+fn streamed_upload_is_verified_before_install() {
+    let (_t, c) = cache();
+    let data = vec![7u8; 300_000];
+    let d = Digest::of_bytes(&data);
+    let mut up = c.new_upload().unwrap();
+    up.write_chunk(&data[..1000]).unwrap();
+    up.write_chunk(&data[1000..]).unwrap();
+    c.commit_upload(up, &d).unwrap();
+    assert!(c.contains(&d));
+    let mut bad = c.new_upload().unwrap();
+    bad.write_chunk(&data[..10]).unwrap();
+    let other = Digest::of_bytes(&data[..11]);
+    assert!(c.commit_upload(bad, &other).is_err());
+    assert!(!c.contains(&other));
+    assert_eq!(std::fs::read_dir(c.root().join("tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn verify_catches_a_flipped_byte_and_quarantines_it() {
+    let (_t, c) = cache();
+    let good = c.put_bytes(b"good blob", None).unwrap();
+    let bad = c.put_bytes(b"soon to be corrupt", None).unwrap();
+    let p = c.blob_path(&bad);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[3] ^= 0x01;
+    std::fs::write(&p, bytes).unwrap();
+    let (checked, corrupt) = c.verify().unwrap();
+    assert_eq!(checked, 2);
+    assert_eq!(corrupt.len(), 1);
+    assert_eq!(corrupt[0].digest, bad);
+    assert!(!c.contains(&bad), "corrupt blob must not be served");
+    assert!(c.contains(&good));
+    assert_eq!(
+        std::fs::read_dir(c.root().join("quarantine"))
+            .unwrap()
+            .count(),
+        1
+    );
+    assert_eq!(c.verify().unwrap().1.len(), 0);
+}
+
+fn root_with(c: &Cache, blobs: &[Digest]) -> Digest {
+    let mut files: Vec<FileNode> = blobs
+        .iter()
+        .map(|d| FileNode {
+            name: d.hex(),
+            digest: Some(d.to_proto()),
+            is_executable: false,
+            node_properties: None,
+        })
+        .collect();
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    tree::put_directory(
+        c,
+        &Directory {
+            files,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn eviction_never_removes_a_pinned_blob_even_from_another_process() {
+    let (t, c) = cache();
+    let kept: Vec<Digest> = (0..5)
+        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
+        .collect();
+    let loose: Vec<Digest> = (10..15)
+        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
+        .collect();
+    let root = root_with(&c, &kept);
+    // A second Cache on the same directory stands for another process: separate pin file, lock.
+    let other = Cache::open(&t.path().join("c")).unwrap();
+    let pin = other.pin(&root).unwrap();
+    let r = c.gc(0).unwrap();
+    assert_eq!(r.pinned_roots, 1);
+    for d in &kept {
+        assert!(c.contains(d), "pinned blob {d} evicted");
+    }
+    assert!(c.contains(&root));
+    for d in &loose {
+        assert!(!c.contains(d), "unpinned blob {d} kept");
+    }
+    drop(pin);
+    c.gc(0).unwrap();
+    for d in &kept {
+        assert!(!c.contains(d), "unpinned after drop, must go");
+    }
+}
+
+#[test]
+fn eviction_is_least_recently_used_first() {
+    let (_t, c) = cache();
+    let old: Vec<Digest> = (0..4)
+        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
+        .collect();
+    let new: Vec<Digest> = (4..8)
+        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
+        .collect();
+    let old_root = root_with(&c, &old);
+    let new_root = root_with(&c, &new);
+    let log = c.root().join("access.log");
+    std::fs::write(&log, format!("100 {old_root}\n200 {new_root}\n")).unwrap();
+    let total = crate::cas::cache_bytes(&c);
+    // Room for roughly the newer half only.
+    c.gc(total / 2 + 1000).unwrap();
+    assert!(
+        new.iter().all(|d| c.contains(d)),
+        "recently used blobs evicted"
+    );
+    assert!(old.iter().all(|d| !c.contains(d)), "old blobs kept");
+}
+
+#[test]
+fn a_dead_process_pin_does_not_block_eviction() {
+    let (_t, c) = cache();
+    let d = c.put_bytes(b"x", None).unwrap();
+    let root = root_with(&c, &[d]);
+    // A pin file nobody holds a lock on: its owner died.
+    std::fs::write(c.root().join("pins/999999-1"), format!("{root}\n")).unwrap();
+    c.gc(0).unwrap();
+    assert!(!c.contains(&d));
+    assert!(!c.root().join("pins/999999-1").exists());
+}

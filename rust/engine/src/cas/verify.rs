@@ -1,0 +1,67 @@
+//! `verify`: re-hash every blob and extra inode; move corrupt ones to `quarantine/` so they are
+//! never served again, and report them.
+
+use super::write::hash_file;
+use super::Cache;
+use crate::digest::Digest;
+use crate::error::{IoContext, Result};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct CorruptBlob {
+    pub digest: Digest,
+    pub path: PathBuf,
+    pub actual: Option<Digest>,
+}
+
+impl Cache {
+    /// Check every stored inode against the digest in its name. Corrupt ones are quarantined.
+    pub fn verify(&self) -> Result<(u64, Vec<CorruptBlob>)> {
+        let mut checked = 0;
+        let mut bad = Vec::new();
+        for sub in ["blobs", "exec", "replicas"] {
+            let top = self.root().join(sub);
+            for shard in std::fs::read_dir(&top).ctx("readdir", &top)?.flatten() {
+                let Ok(rd) = std::fs::read_dir(shard.path()) else {
+                    continue;
+                };
+                for f in rd.flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    let Some(d) = Digest::from_file_name(name.split('.').next().unwrap_or(""))
+                    else {
+                        continue;
+                    };
+                    checked += 1;
+                    let actual = hash_file(&f.path()).ok();
+                    if actual != Some(d) {
+                        self.quarantine(&f.path());
+                        bad.push(CorruptBlob {
+                            digest: d,
+                            path: f.path(),
+                            actual,
+                        });
+                    }
+                }
+            }
+        }
+        Ok((checked, bad))
+    }
+
+    /// Take an inode out of service (rename into quarantine/, so it is kept for inspection).
+    pub(crate) fn quarantine(&self, path: &std::path::Path) {
+        let dst = self.root().join("quarantine").join(
+            self.tmp_name(
+                &path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+        );
+        if let Err(e) = std::fs::rename(path, &dst) {
+            tracing::error!(path = %path.display(), error = %e, "cannot quarantine; removing");
+            let _ = std::fs::remove_file(path);
+        } else {
+            tracing::warn!(path = %path.display(), to = %dst.display(), "quarantined corrupt cache inode");
+        }
+    }
+}

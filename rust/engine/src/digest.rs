@@ -1,0 +1,169 @@
+//! REAPI digests: SHA-256 hex plus size, written `<hash>/<size>` on the command line.
+
+use crate::error::{Error, Result};
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use sha2::{Digest as _, Sha256};
+use std::fmt;
+use std::io::Read;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest {
+    pub hash: [u8; 32],
+    pub size: u64,
+}
+
+impl Digest {
+    /// SHA-256 of the empty string: never stored, always "present".
+    pub const EMPTY: Digest = Digest {
+        hash: [
+            0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f,
+            0xb9, 0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b,
+            0x78, 0x52, 0xb8, 0x55,
+        ],
+        size: 0,
+    };
+
+    pub fn of_bytes(data: &[u8]) -> Digest {
+        Digest {
+            hash: Sha256::digest(data).into(),
+            size: data.len() as u64,
+        }
+    }
+
+    /// Hash everything `r` yields.
+    pub fn of_reader(mut r: impl Read) -> std::io::Result<Digest> {
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut size = 0u64;
+        loop {
+            let n = match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            h.update(&buf[..n]);
+            size += n as u64;
+        }
+        Ok(Digest {
+            hash: h.finalize().into(),
+            size,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    pub fn hex(&self) -> String {
+        hex::encode(self.hash)
+    }
+
+    /// Parse `<64 hex>/<size>`.
+    pub fn parse(s: &str) -> Result<Digest> {
+        let (h, size) = s.split_once('/').ok_or_else(|| {
+            Error::InvalidArgument(format!("digest '{s}' is not <sha256>/<size>"))
+        })?;
+        let size: u64 = size
+            .parse()
+            .map_err(|_| Error::InvalidArgument(format!("digest '{s}': bad size")))?;
+        Self::from_parts(h, size as i64)
+    }
+
+    pub fn from_parts(hash_hex: &str, size: i64) -> Result<Digest> {
+        if size < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "digest {hash_hex}: negative size {size}"
+            )));
+        }
+        let mut hash = [0u8; 32];
+        if hash_hex.len() != 64
+            || hash_hex.bytes().any(|b| b.is_ascii_uppercase())
+            || hex::decode_to_slice(hash_hex, &mut hash).is_err()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "digest hash '{hash_hex}' is not 64 lowercase hex digits"
+            )));
+        }
+        let d = Digest {
+            hash,
+            size: size as u64,
+        };
+        if d.size == 0 && d != Digest::EMPTY {
+            return Err(Error::InvalidArgument(format!(
+                "digest {d}: size 0 but not the empty blob's hash"
+            )));
+        }
+        Ok(d)
+    }
+
+    pub fn from_proto(p: &pb::Digest) -> Result<Digest> {
+        Self::from_parts(&p.hash, p.size_bytes)
+    }
+
+    /// Like `from_proto`, but a missing digest field is an error naming `what`.
+    pub fn from_opt_proto(p: Option<&pb::Digest>, what: &str) -> Result<Digest> {
+        match p {
+            Some(p) => Self::from_proto(p),
+            None => Err(Error::InvalidArgument(format!("{what}: digest missing"))),
+        }
+    }
+
+    pub fn to_proto(&self) -> pb::Digest {
+        pb::Digest {
+            hash: self.hex(),
+            size_bytes: self.size as i64,
+        }
+    }
+
+    /// File name used in cache directories: `<hex>-<size>`.
+    pub fn file_name(&self) -> String {
+        format!("{}-{}", self.hex(), self.size)
+    }
+
+    pub fn from_file_name(name: &str) -> Option<Digest> {
+        let (h, s) = name.split_once('-')?;
+        Self::from_parts(h, s.parse().ok()?).ok()
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.hex(), self.size)
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_constant_matches_sha256_of_nothing() {
+        assert_eq!(Digest::of_bytes(b""), Digest::EMPTY);
+    }
+
+    #[test]
+    fn parse_round_trips_and_rejects_garbage() {
+        let d = Digest::of_bytes(b"hello");
+        assert_eq!(Digest::parse(&d.to_string()).unwrap(), d);
+        assert_eq!(Digest::from_file_name(&d.file_name()), Some(d));
+        for bad in [
+            "",
+            "abc/1",
+            &format!("{}/x", d.hex()),
+            &format!("{}", d.hex()),
+        ] {
+            assert!(Digest::parse(bad).is_err(), "{bad} accepted");
+        }
+        let upper = format!("{}/5", d.hex().to_uppercase());
+        assert!(Digest::parse(&upper).is_err());
+        assert!(Digest::from_parts(&d.hex(), -1).is_err());
+        assert!(Digest::from_parts(&d.hex(), 0).is_err());
+    }
+}

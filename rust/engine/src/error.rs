@@ -1,0 +1,87 @@
+//! Engine errors. Every variant names what was being handled (path, digest, syscall) so a
+//! user or a REAPI client can act on it; the server maps `Error::class()` to gRPC codes.
+
+use crate::digest::Digest;
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A syscall failed. `op` names the call (e.g. "linkat"), `path` the object.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A tree from a client breaks a rule (bad name, unsorted entries, escaping symlink, ...).
+    #[error("invalid tree at '{path}' (directory {digest}): {reason}")]
+    InvalidTree {
+        path: String,
+        digest: Digest,
+        reason: String,
+    },
+    /// Any other bad client input (an output path, a digest string, a request field).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Blobs the tree references but the cache does not hold.
+    #[error("{} blob(s) missing from the cache, first {} (needed at '{path}')", digests.len(), digests[0])]
+    Missing { digests: Vec<Digest>, path: String },
+    /// Content does not hash to the digest it was offered under.
+    #[error("digest mismatch for {what}: expected {expected}, got {actual}")]
+    DigestMismatch {
+        what: String,
+        expected: Digest,
+        actual: Digest,
+    },
+    /// Staging refuses to touch anything that already exists at the destination.
+    #[error("destination {} already exists; refusing to stage over it", .0.display())]
+    DestinationExists(PathBuf),
+    /// A failure injected by a test (see `StageRequest::fail_after_files`).
+    #[error("injected fault after {0} files")]
+    Injected(usize),
+}
+
+/// Coarse classes that decide how a caller reports an error (REAPI status codes, exit codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    InvalidArgument,
+    FailedPrecondition,
+    AlreadyExists,
+    Internal,
+}
+
+impl Error {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::InvalidTree { .. }
+            | Error::InvalidArgument(_)
+            | Error::DigestMismatch { .. } => ErrorClass::InvalidArgument,
+            Error::Missing { .. } => ErrorClass::FailedPrecondition,
+            Error::DestinationExists(_) => ErrorClass::AlreadyExists,
+            Error::Io { .. } | Error::Injected(_) => ErrorClass::Internal,
+        }
+    }
+
+    pub fn io(op: &'static str, path: impl AsRef<Path>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attach the syscall name and path to an `io::Result`.
+pub trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, e))
+    }
+}

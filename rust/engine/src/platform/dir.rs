@@ -1,0 +1,172 @@
+//! Directory file descriptors and the POSIX calls made relative to them. Staging creates
+//! every entry with `*at` calls on an fd it opened itself with O_NOFOLLOW, so a name from a
+//! client can never send a write through a symlink outside the root.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Retry a call while it fails with EINTR.
+fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
+    loop {
+        match check(f()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+pub fn cstr(p: impl AsRef<std::ffi::OsStr>) -> io::Result<CString> {
+    CString::new(p.as_ref().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+/// An open directory, used as the anchor for `*at` calls.
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+impl AsRawFd for Dir {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+
+impl Dir {
+    /// Open an existing directory by path (the last component must not be a symlink).
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let c = cstr(path)?;
+        let fd = retry(|| unsafe { libc::open(c.as_ptr(), DIR_FLAGS) })?;
+        Ok(Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Open a child directory without following a symlink.
+    pub fn open_at(&self, name: &CStr) -> io::Result<Dir> {
+        let fd = retry(|| unsafe { libc::openat(self.as_raw_fd(), name.as_ptr(), DIR_FLAGS) })?;
+        Ok(Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Create a child directory (fails if anything exists there) and open it.
+    pub fn mkdir_at(&self, name: &CStr, mode: u32) -> io::Result<Dir> {
+        retry(|| unsafe { libc::mkdirat(self.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })?;
+        self.open_at(name)
+    }
+
+    /// Create a new file exclusively (never follows or replaces anything) for writing.
+    pub fn create_file(&self, name: &CStr, mode: u32) -> io::Result<File> {
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let fd = retry(|| unsafe {
+            libc::openat(self.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint)
+        })?;
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    pub fn symlink_at(&self, target: &CStr, name: &CStr) -> io::Result<()> {
+        retry(|| unsafe { libc::symlinkat(target.as_ptr(), self.as_raw_fd(), name.as_ptr()) })?;
+        Ok(())
+    }
+
+    pub fn chmod(&self, mode: u32) -> io::Result<()> {
+        retry(|| unsafe { libc::fchmod(self.as_raw_fd(), mode as libc::mode_t) })?;
+        Ok(())
+    }
+
+    /// Change a child's mode without following a symlink at `name`.
+    pub fn chmod_at(&self, name: &CStr, mode: u32) -> io::Result<()> {
+        let child = self.open_at(name)?;
+        child.chmod(mode)
+    }
+
+    /// chmod a child that this process just created as a regular file.
+    pub fn chmod_file_at(&self, name: &CStr, mode: u32) -> io::Result<()> {
+        retry(|| unsafe {
+            libc::fchmodat(self.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, 0)
+        })?;
+        Ok(())
+    }
+
+    /// lstat of a child.
+    pub fn stat_at(&self, name: &CStr) -> io::Result<libc::stat> {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        retry(|| unsafe {
+            libc::fstatat(
+                self.as_raw_fd(),
+                name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        Ok(st)
+    }
+
+    pub fn stat(&self) -> io::Result<libc::stat> {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        retry(|| unsafe { libc::fstat(self.as_raw_fd(), &mut st) })?;
+        Ok(st)
+    }
+
+    pub fn unlink_at(&self, name: &CStr, is_dir: bool) -> io::Result<()> {
+        let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+        retry(|| unsafe { libc::unlinkat(self.as_raw_fd(), name.as_ptr(), flags) })?;
+        Ok(())
+    }
+}
+
+/// Hardlink `src` (a cache path) to `name` in `dst`.
+pub fn hardlink(src: &Path, dst: &Dir, name: &CStr) -> io::Result<()> {
+    let s = cstr(src)?;
+    retry(|| unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            s.as_ptr(),
+            dst.as_raw_fd(),
+            name.as_ptr(),
+            0,
+        )
+    })?;
+    Ok(())
+}
+
+/// Copy `src` into a new file `name` in `dst` with `mode`; removes the partial file on error.
+/// Returns the bytes copied. std's copy uses copy_file_range/sendfile where it can.
+pub fn copy_file(src: &Path, dst: &Dir, name: &CStr, mode: u32) -> io::Result<u64> {
+    let mut from = File::open(src)?;
+    let mut to = dst.create_file(name, 0o600)?;
+    let r = io::copy(&mut from, &mut to).and_then(|n| {
+        retry(|| unsafe { libc::fchmod(to.as_raw_fd(), mode as libc::mode_t) })?;
+        Ok(n)
+    });
+    if r.is_err() {
+        let _ = dst.unlink_at(name, false);
+    }
+    r
+}
+
+/// The process umask. Read once (the read briefly swaps it, so call it before threads start
+/// creating files); staging only pays an extra fchmod per file when it would clear mode bits.
+pub fn current_umask() -> u32 {
+    unsafe {
+        let old = libc::umask(0o022);
+        libc::umask(old);
+        old as u32
+    }
+}

@@ -1,0 +1,148 @@
+//! Linux: FICLONE reflinks (btrfs, XFS with reflink=1, bcachefs, ...) and btrfs subvolume
+//! snapshots as the whole-tree clone. Other filesystems answer EOPNOTSUPP/EXDEV/EINVAL, which
+//! the stager treats as "fall back".
+
+use super::dir::{cstr, Dir};
+use super::TreeClone;
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+pub const FILE_CLONE_METHOD: &str = "reflink";
+
+// <linux/fs.h>: FICLONE = _IOW(0x94, 9, int)
+const FICLONE: libc::c_ulong = 0x4004_9409;
+// <linux/btrfs.h>: _IOW(0x94, nr, struct btrfs_ioctl_vol_args) with sizeof == 4096.
+const BTRFS_IOC_SNAP_CREATE: libc::c_ulong = 0x5000_9401;
+const BTRFS_IOC_SUBVOL_CREATE: libc::c_ulong = 0x5000_940e;
+const BTRFS_IOC_SNAP_DESTROY: libc::c_ulong = 0x5000_940f;
+const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+/// Inode number of every btrfs subvolume root (BTRFS_FIRST_FREE_OBJECTID).
+const BTRFS_SUBVOL_INO: u64 = 256;
+
+#[repr(C)]
+struct BtrfsVolArgs {
+    fd: i64,
+    name: [u8; 4088],
+}
+
+fn vol_args(fd: i64, name: &CStr) -> io::Result<Box<BtrfsVolArgs>> {
+    let bytes = name.to_bytes();
+    if bytes.len() >= 4088 {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    let mut a = Box::new(BtrfsVolArgs {
+        fd,
+        name: [0; 4088],
+    });
+    a.name[..bytes.len()].copy_from_slice(bytes);
+    Ok(a)
+}
+
+fn ioctl(fd: &impl AsRawFd, req: libc::c_ulong, arg: *const libc::c_void) -> io::Result<()> {
+    loop {
+        if unsafe { libc::ioctl(fd.as_raw_fd(), req as _, arg) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reflink `src` into a new file `name` in `dst` with `mode`. The new inode is private
+/// (copy-on-write), so its mode can differ from the cache's copy.
+pub fn clone_file(src: &Path, dst: &Dir, name: &CStr, mode: u32) -> io::Result<()> {
+    let from = File::open(src)?;
+    let to = dst.create_file(name, mode)?;
+    let r = ioctl(
+        &to,
+        FICLONE,
+        from.as_raw_fd() as usize as *const libc::c_void,
+    );
+    if r.is_err() {
+        drop(to);
+        let _ = dst.unlink_at(name, false);
+    }
+    r
+}
+
+fn is_btrfs(path: &Path) -> bool {
+    let Ok(c) = cstr(path) else { return false };
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    unsafe { libc::statfs(c.as_ptr(), &mut sf) == 0 && sf.f_type as i64 == BTRFS_SUPER_MAGIC }
+}
+
+pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
+    is_btrfs(dir).then_some(TreeClone::Snapshot)
+}
+
+/// A btrfs subvolume, so that `clone_tree` can snapshot it.
+pub fn new_tree_container(parent: &Dir, name: &CStr) -> io::Result<()> {
+    let args = vol_args(0, name)?;
+    ioctl(
+        parent,
+        BTRFS_IOC_SUBVOL_CREATE,
+        &*args as *const _ as *const libc::c_void,
+    )
+}
+
+/// Writable snapshot of subvolume `src` as `name` in `dst_parent` (one call, O(1) in files;
+/// it commits the filesystem transaction, which is why its cost grows under write load).
+pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
+    let src_dir = Dir::open(src)?;
+    if src_dir.stat()?.st_ino != BTRFS_SUBVOL_INO {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let args = vol_args(src_dir.as_raw_fd() as i64, name)?;
+    ioctl(
+        dst_parent,
+        BTRFS_IOC_SNAP_CREATE,
+        &*args as *const _ as *const libc::c_void,
+    )
+}
+
+/// Delete a subvolume in one call. Returns Ok(false) if `path` is not a subvolume root
+/// (the caller then removes it entry by entry).
+pub fn remove_tree_container(path: &Path) -> io::Result<bool> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(false);
+    };
+    let d = match Dir::open(path) {
+        Ok(d) => d,
+        Err(_) => return Ok(false),
+    };
+    if d.stat()?.st_ino != BTRFS_SUBVOL_INO || !is_btrfs(path) {
+        return Ok(false);
+    }
+    drop(d);
+    let parent = Dir::open(parent)?;
+    let args = vol_args(0, &cstr(name)?)?;
+    ioctl(
+        &parent,
+        BTRFS_IOC_SNAP_DESTROY,
+        &*args as *const _ as *const libc::c_void,
+    )?;
+    Ok(true)
+}
+
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

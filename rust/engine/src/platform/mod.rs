@@ -1,0 +1,66 @@
+//! The one place that knows operating systems. Everything above it talks to this small
+//! interface: clone a file, clone a tree, hardlink, copy, probe a device. POSIX calls that
+//! behave the same everywhere live in `dir.rs`; each OS supplies the rest in its own file.
+//!
+//! Per-OS functions (same signatures in `linux.rs` and `macos.rs`):
+//! - `clone_file(src, dst_dir, name, mode)`: copy-on-write clone of one file (FICLONE / clonefileat).
+//! - `tree_clone_kind(dir)`: whether `dir`'s filesystem clones whole trees, and how.
+//! - `new_tree_container(parent, name)`: a directory that `clone_tree` can clone later
+//!   (a btrfs subvolume; a plain directory on APFS).
+//! - `clone_tree(src, dst_parent, name)`: clone a whole directory tree in one call.
+//! - `remove_tree_container(path)`: delete a tree made by the two above in one call if the OS can.
+//! - `rename_noreplace(from, to)`: atomic rename that fails with EEXIST instead of replacing.
+
+mod dir;
+pub use dir::{copy_file, cstr, current_umask, hardlink, Dir};
+
+#[cfg(target_os = "linux")]
+#[path = "linux.rs"]
+mod imp;
+#[cfg(target_os = "macos")]
+#[path = "macos.rs"]
+mod imp;
+
+pub use imp::{
+    clone_file, clone_tree, new_tree_container, remove_tree_container, rename_noreplace,
+    tree_clone_kind, FILE_CLONE_METHOD,
+};
+
+use std::io;
+
+/// How a filesystem clones whole trees in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TreeClone {
+    /// macOS `clonefile(2)` of a directory (APFS).
+    Clonefile,
+    /// A btrfs snapshot of a subvolume.
+    Snapshot,
+}
+
+/// Errors that mean "this filesystem (pair) cannot do that": fall back, don't fail.
+pub fn is_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EXDEV)
+            | Some(libc::ENOTSUP)
+            | Some(libc::EINVAL)
+            | Some(libc::ENOTTY)
+            | Some(libc::ENOSYS)
+            | Some(libc::EPERM)
+    ) || e.raw_os_error() == Some(libc::EOPNOTSUPP)
+}
+
+/// Short, stable reason names for counters and warnings ("exdev", "enotsup", "emlink", ...).
+pub fn reason_name(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EXDEV) => "exdev".into(),
+        Some(libc::EMLINK) => "emlink".into(),
+        Some(libc::EINVAL) => "einval".into(),
+        Some(libc::EPERM) => "eperm".into(),
+        Some(libc::ENOTTY) => "enotty".into(),
+        Some(libc::ENOSYS) => "enosys".into(),
+        Some(code) if code == libc::ENOTSUP || code == libc::EOPNOTSUPP => "enotsup".into(),
+        Some(code) => format!("errno{code}"),
+        None => "other".into(),
+    }
+}

@@ -1,0 +1,227 @@
+//! The stager: materialize a tree digest into a directory that does not exist yet.
+//!
+//! The root is built under a temporary sibling name and renamed into place without replacing,
+//! so a destination is either absent or complete: a failed stage removes what it built, a
+//! killed one leaves only a `.cs-<pid>-*` sibling (swept by the server at start), and a
+//! destination that appeared meanwhile is refused and left untouched.
+//!
+//! The permission contract (docs/permissions.md, tested line by line in `tests.rs`):
+//! root 0o755; input files 0o444 (0o555 if executable); input dirs 0o555; the chain from the
+//! root to each declared output's parent exists and is 0o755; hardlinked files are never
+//! chmod'ed, utime'd or opened for writing; symlinks are recreated, never followed; the empty
+//! file is created directly.
+
+mod build;
+mod device;
+mod outputs;
+mod plan;
+mod tamper;
+#[cfg(test)]
+mod tests;
+
+pub use build::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
+pub use device::{DeviceProfile, FileMethod, MethodPreference};
+
+use crate::cas::{Cache, PinGuard};
+use crate::digest::Digest;
+use crate::error::{Error, IoContext, Result};
+use crate::platform::{self, cstr, Dir};
+use crate::stats::{self, Counters};
+use crate::tree::{self, SymlinkPolicy};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// What to stage, where.
+#[derive(Debug, Clone, Default)]
+pub struct StageRequest {
+    pub root: Digest,
+    /// Must not exist; its parent must.
+    pub dest: PathBuf,
+    /// Output paths relative to the root whose parent directories must be writable.
+    pub outputs: Vec<String>,
+    pub method: MethodPreference,
+    pub symlinks: SymlinkPolicy,
+    /// Testing: fail after placing this many files (proves cleanup).
+    pub fail_after_files: Option<usize>,
+}
+
+impl Default for Digest {
+    fn default() -> Self {
+        Digest::EMPTY
+    }
+}
+
+/// A staged root. Keeps its tree pinned until dropped; call `check_inputs` after the action.
+pub struct StagedRoot {
+    pub dest: PathBuf,
+    pub counters: Counters,
+    pub micros: u64,
+    linked: Vec<(Digest, PathBuf)>,
+    cache: Arc<Cache>,
+    _pin: PinGuard,
+}
+
+impl StagedRoot {
+    /// After the action: quarantine every hardlinked cache inode it wrote through. Returns their
+    /// digests (empty when nothing was touched or nothing was hardlinked).
+    pub fn check_inputs(&self) -> Vec<Digest> {
+        let bad = tamper::check(&self.cache, &self.linked);
+        if !bad.is_empty() {
+            let _ = stats::update(self.cache.root(), |c| c.tampered += bad.len() as u64);
+        }
+        bad
+    }
+
+    /// How many distinct cache inodes are hardlinked into this root.
+    pub fn hardlinked_inodes(&self) -> usize {
+        self.linked.len()
+    }
+}
+
+pub struct Stager {
+    cache: Arc<Cache>,
+    devices: device::Devices,
+    seen: Mutex<Option<HashSet<Digest>>>,
+    fix_modes: bool,
+    seq: AtomicU64,
+}
+
+impl Stager {
+    pub fn new(cache: Arc<Cache>) -> Stager {
+        // Modes we create with: 0o444, 0o555, 0o755. Only a umask clearing bits of those
+        // (e.g. 077) makes us pay an fchmod per file.
+        let fix_modes = platform::current_umask() & 0o222 != platform::current_umask();
+        Stager {
+            cache,
+            devices: Default::default(),
+            seen: Mutex::new(None),
+            fix_modes,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// The method this stager would use for destinations under `dir` (probing if needed).
+    pub fn profile_for(&self, dir: &Path) -> Result<DeviceProfile> {
+        let key = device::Devices::key(&self.cache, dir).ctx("stat", dir)?;
+        Ok(self.devices.get(&self.cache, key, dir))
+    }
+
+    pub fn stage(&self, req: &StageRequest) -> Result<StagedRoot> {
+        let t0 = Instant::now();
+        let r = self.stage_inner(req, t0);
+        if r.is_err() {
+            let _ = stats::update(self.cache.root(), |c| c.stage_failures += 1);
+        }
+        r
+    }
+
+    fn stage_inner(&self, req: &StageRequest, t0: Instant) -> Result<StagedRoot> {
+        let outputs: Vec<Vec<&str>> = req
+            .outputs
+            .iter()
+            .map(|o| tree::check_output_path(o))
+            .collect::<Result<_>>()?;
+        let dest = &req.dest;
+        if std::fs::symlink_metadata(dest).is_ok() {
+            return Err(Error::DestinationExists(dest.clone()));
+        }
+        let name = dest.file_name().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "destination '{}' has no final name",
+                dest.display()
+            ))
+        })?;
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let pin = self.cache.pin(&req.root)?;
+        let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks)?;
+
+        let key = device::Devices::key(&self.cache, &parent).ctx("stat", &parent)?;
+        let prof = self.devices.get(&self.cache, key, &parent);
+        let (method, tree_clone) = match req.method {
+            MethodPreference::Auto => (prof.file_method, prof.tree_clone),
+            MethodPreference::Clone => (FileMethod::Clone, prof.tree_clone),
+            MethodPreference::Hardlink => (FileMethod::Hardlink, None),
+            MethodPreference::Copy => (FileMethod::Copy, None),
+        };
+        let mut b = build::Builder::new(
+            &self.cache,
+            &self.devices,
+            &self.seen,
+            key,
+            method,
+            tree_clone,
+            (prof.file_us, prof.tree_clone_us),
+            self.fix_modes,
+            req.fail_after_files,
+        );
+
+        let tmp_name = format!(
+            ".cs-{}-{}.tmp",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = parent.join(&tmp_name);
+        let parent_dir = Dir::open(&parent).ctx("open", &parent)?;
+        let root_dir = parent_dir
+            .mkdir_at(&cstr(&tmp_name).ctx("name", &tmp)?, 0o755)
+            .ctx("mkdir", &tmp)?;
+        let built = b
+            .fill(&plan, &root_dir, &tmp, &req.root, true)
+            .and_then(|_| outputs::make_output_parents(&root_dir, &tmp, &outputs))
+            .and_then(|_| root_dir.chmod(0o755).ctx("chmod", &tmp));
+        drop(root_dir);
+        if let Err(e) = built {
+            let _ = crate::remove::remove_tree(&tmp);
+            return Err(match e {
+                Error::Missing { path, .. } => Error::Missing {
+                    digests: tree::find_missing(&self.cache, &req.root)?,
+                    path,
+                },
+                e => e,
+            });
+        }
+        if let Err(e) = platform::rename_noreplace(&tmp, dest) {
+            let _ = crate::remove::remove_tree(&tmp);
+            return Err(match e.raw_os_error() {
+                Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => {
+                    Error::DestinationExists(dest.clone())
+                }
+                _ => Error::io("rename", dest, e),
+            });
+        }
+        let _ = name;
+
+        let micros = t0.elapsed().as_micros() as u64;
+        let mut counters = std::mem::take(&mut b.counters);
+        counters.stages = 1;
+        counters.stage_us_total = micros;
+        let file_us = (b.per_file_count > 16)
+            .then(|| b.per_file_time.as_secs_f64() * 1e6 / b.per_file_count as f64);
+        let tree_us = (!b.tree_times.is_empty())
+            .then(|| b.tree_times.iter().sum::<f64>() / b.tree_times.len() as f64);
+        self.devices.observe(&self.cache, key, file_us, tree_us);
+        self.cache.note_access(&req.root);
+        if let Err(e) = stats::record(self.cache.root(), &counters) {
+            tracing::warn!(error = %e, "cannot record stage counters");
+        }
+        tracing::debug!(root = %req.root, dest = %dest.display(), micros, "staged");
+        Ok(StagedRoot {
+            dest: dest.clone(),
+            counters,
+            micros,
+            linked: std::mem::take(&mut b.linked),
+            cache: self.cache.clone(),
+            _pin: pin,
+        })
+    }
+}

@@ -1,0 +1,70 @@
+//! Before anything is created: load every Directory of the tree, validate each where it
+//! occurs (symlink checks depend on depth), and count the entries below each directory
+//! (what decides whether cloning it whole pays).
+
+use crate::cas::Cache;
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::tree::{self, Directory, SymlinkPolicy};
+use std::collections::{HashMap, HashSet};
+
+pub(crate) struct Plan {
+    pub dirs: HashMap<Digest, Directory>,
+    /// Files and symlinks at or below each directory.
+    pub counts: HashMap<Digest, u64>,
+}
+
+impl Plan {
+    pub(crate) fn load(cache: &Cache, root: &Digest, policy: SymlinkPolicy) -> Result<Plan> {
+        let mut dirs: HashMap<Digest, Directory> = HashMap::new();
+        let mut validated: HashSet<(Digest, usize)> = HashSet::new();
+        let mut missing = Vec::new();
+        let mut stack = vec![(*root, String::new(), 0usize)];
+        while let Some((d, path, depth)) = stack.pop() {
+            if !validated.insert((d, depth)) {
+                continue;
+            }
+            if !dirs.contains_key(&d) {
+                match tree::load_directory(cache, &d, &path)? {
+                    Some(dir) => {
+                        dirs.insert(d, dir);
+                    }
+                    None => {
+                        missing.push(d);
+                        continue;
+                    }
+                }
+            }
+            let dir = &dirs[&d];
+            tree::validate_directory(dir, &path, &d, policy)?;
+            for sub in &dir.directories {
+                let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
+                stack.push((sd, tree::join(&path, &sub.name), depth + 1));
+            }
+        }
+        if !missing.is_empty() {
+            return Err(Error::Missing {
+                digests: tree::find_missing(cache, root)?,
+                path: String::new(),
+            });
+        }
+        let mut counts = HashMap::new();
+        count(root, &dirs, &mut counts);
+        Ok(Plan { dirs, counts })
+    }
+}
+
+fn count(d: &Digest, dirs: &HashMap<Digest, Directory>, memo: &mut HashMap<Digest, u64>) -> u64 {
+    if let Some(n) = memo.get(d) {
+        return *n;
+    }
+    let dir = &dirs[d];
+    let mut n = (dir.files.len() + dir.symlinks.len()) as u64;
+    for sub in &dir.directories {
+        if let Ok(sd) = Digest::from_opt_proto(sub.digest.as_ref(), "") {
+            n += count(&sd, dirs, memo);
+        }
+    }
+    memo.insert(*d, n);
+    n
+}

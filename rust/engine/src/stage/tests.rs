@@ -1,0 +1,645 @@
+//! The permission contract, fallbacks and failure cleanup, line by line. Tests that need a
+//! particular filesystem read `CLONESTAGE_TEST_{XFS,BTRFS,EXT4}` (mount points made by
+//! `.ci/mount-cow.sh`); with `CLONESTAGE_REQUIRE_FS=1` (set in CI) a missing one fails the
+//! test instead of skipping it.
+
+use super::*;
+use crate::tree::{Directory, DirectoryNode, FileNode, IngestOptions, SymlinkNode};
+use crate::ErrorClass;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+pub(crate) fn fs_dir(var: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ if std::env::var("CLONESTAGE_REQUIRE_FS").as_deref() == Ok("1") => {
+            panic!("{var} is not set but CLONESTAGE_REQUIRE_FS=1: run .ci/mount-cow.sh")
+        }
+        _ => {
+            eprintln!("SKIP: {var} not set (run .ci/mount-cow.sh as root)");
+            None
+        }
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// A cache and a scratch dir on the filesystem of `base`.
+fn setup(base: &Path) -> (tempfile::TempDir, Stager) {
+    let t = tempfile::Builder::new()
+        .prefix("cs-test-")
+        .tempdir_in(base)
+        .unwrap();
+    let cache = Arc::new(Cache::open(&t.path().join("cache")).unwrap());
+    (t, Stager::new(cache))
+}
+
+fn write(p: &Path, data: &[u8], exec: bool) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, data).unwrap();
+    std::fs::set_permissions(
+        p,
+        std::fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 }),
+    )
+    .unwrap();
+}
+
+/// sdk/ (n files), pkg/{a.swift, tool (exec), empty, link -> ../sdk/f0.h}, pkg/gen/ absent.
+fn sample(src: &Path, n: usize) {
+    for i in 0..n {
+        write(
+            &src.join(format!("sdk/include/f{i}.h")),
+            format!("header {i}\n").as_bytes(),
+            false,
+        );
+    }
+    write(&src.join("pkg/a.swift"), b"let x = 1\n", false);
+    write(&src.join("pkg/tool"), b"#!/bin/sh\necho hi\n", true);
+    write(&src.join("pkg/empty"), b"", false);
+    std::os::unix::fs::symlink("../sdk/include/f0.h", src.join("pkg/link")).unwrap();
+}
+
+fn ingest(st: &Stager, src: &Path) -> Digest {
+    tree::ingest_path(st.cache(), src, IngestOptions::default()).unwrap()
+}
+
+fn req(root: Digest, dest: PathBuf) -> StageRequest {
+    StageRequest {
+        root,
+        dest,
+        ..Default::default()
+    }
+}
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".cs-"))
+        .collect()
+}
+
+/// Checks every line of the contract on a staged root made from `sample`.
+fn assert_contract(root: &Path, cache: &Cache) {
+    assert_eq!(mode(root), 0o755, "root");
+    assert_eq!(mode(&root.join("sdk")), 0o555, "input dir");
+    assert_eq!(mode(&root.join("sdk/include")), 0o555, "input dir");
+    assert_eq!(mode(&root.join("sdk/include/f1.h")), 0o444, "input file");
+    assert_eq!(mode(&root.join("pkg/a.swift")), 0o444, "input file");
+    assert_eq!(mode(&root.join("pkg/tool")), 0o555, "executable input");
+    assert_eq!(
+        std::fs::read(root.join("pkg/a.swift")).unwrap(),
+        b"let x = 1\n"
+    );
+    // Empty file created directly; the empty blob has no cache entry.
+    assert_eq!(std::fs::metadata(root.join("pkg/empty")).unwrap().len(), 0);
+    assert!(!cache.blob_path(&Digest::EMPTY).exists());
+    // Symlink recreated as a symlink, target verbatim.
+    let l = root.join("pkg/link");
+    assert!(std::fs::symlink_metadata(&l)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        std::fs::read_link(&l).unwrap(),
+        PathBuf::from("../sdk/include/f0.h")
+    );
+    // Output parent chain: exists and writable, including through input dirs.
+    assert_eq!(mode(&root.join("pkg")), 0o755, "chain through an input dir");
+    assert_eq!(mode(&root.join("pkg/gen")), 0o755, "created output parent");
+    assert_eq!(
+        mode(&root.join("pkg/gen/deep")),
+        0o755,
+        "created output parent"
+    );
+}
+
+fn contract_on(base: &Path) -> (tempfile::TempDir, Stager, StagedRoot) {
+    let (t, st) = setup(base);
+    sample(&t.path().join("src"), 8);
+    let d = ingest(&st, &t.path().join("src"));
+    let mut r = req(d, t.path().join("root"));
+    r.outputs = vec!["pkg/gen/deep/out.o".into(), "pkg/a.swiftmodule".into()];
+    let staged = st.stage(&r).unwrap();
+    assert_contract(&t.path().join("root"), st.cache());
+    assert!(leftovers(t.path()).is_empty());
+    (t, st, staged)
+}
+
+#[test]
+fn contract_hardlink_never_touches_cache_inodes() {
+    let (t, st, staged) = contract_on(&std::env::temp_dir());
+    let c = &staged.counters;
+    assert!(c.hardlink + c.reflink + c.copy >= 10, "{c:?}");
+    let cache = st.cache();
+    // The blob behind a.swift is the cache's 0o444 inode with its install mtime, whatever method.
+    let d = Digest::of_bytes(b"let x = 1\n");
+    let m = std::fs::metadata(cache.blob_path(&d)).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o444);
+    assert_eq!(m.mtime(), crate::cas::BLOB_MTIME);
+    if c.hardlink > 0 {
+        // Executables are linked from their own 0o555 inode, never by chmod'ing the blob.
+        let tool = Digest::of_bytes(b"#!/bin/sh\necho hi\n");
+        assert_eq!(mode(&cache.blob_path(&tool)), 0o444);
+        assert_eq!(mode(&cache.exec_path(&tool)), 0o555);
+        let staged_ino = std::fs::metadata(t.path().join("root/pkg/tool"))
+            .unwrap()
+            .ino();
+        assert_eq!(
+            staged_ino,
+            std::fs::metadata(cache.exec_path(&tool)).unwrap().ino()
+        );
+        assert!(
+            staged.check_inputs().is_empty(),
+            "untouched inputs reported as tampered"
+        );
+    }
+}
+
+#[test]
+fn forced_copy_and_hardlink_follow_the_contract() {
+    for m in [MethodPreference::Copy, MethodPreference::Hardlink] {
+        let (t, st) = setup(&std::env::temp_dir());
+        sample(&t.path().join("src"), 4);
+        let d = ingest(&st, &t.path().join("src"));
+        let mut r = req(d, t.path().join("root"));
+        r.method = m;
+        r.outputs = vec!["pkg/gen/deep/out".into()];
+        let s = st.stage(&r).unwrap();
+        assert_contract(&t.path().join("root"), st.cache());
+        let c = &s.counters;
+        match m {
+            MethodPreference::Copy => assert_eq!((c.copy, c.hardlink), (6, 0), "{c:?}"),
+            _ => assert_eq!((c.hardlink, c.copy), (6, 0), "{c:?}"),
+        }
+    }
+}
+
+#[test]
+fn write_through_hardlink_is_detected_and_quarantined() {
+    let (t, st) = setup(&std::env::temp_dir());
+    sample(&t.path().join("src"), 2);
+    let d = ingest(&st, &t.path().join("src"));
+    let mut r = req(d, t.path().join("root"));
+    r.method = MethodPreference::Hardlink;
+    let s = st.stage(&r).unwrap();
+    let victim = t.path().join("root/pkg/a.swift");
+    // What an action running as root (or an owner who chmods) can do.
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&victim)
+        .unwrap()
+        .write_all(b"oops")
+        .unwrap();
+    let blob = Digest::of_bytes(b"let x = 1\n");
+    assert_eq!(s.check_inputs(), vec![blob]);
+    assert!(
+        !st.cache().contains(&blob),
+        "a written-through blob is never served again"
+    );
+    assert!(crate::stats::load(st.cache().root()).unwrap().tampered >= 1);
+}
+use std::io::Write;
+
+#[test]
+fn forced_clone_on_a_filesystem_without_reflink_falls_back_and_counts_it() {
+    let Some(ext4) = fs_dir("CLONESTAGE_TEST_EXT4") else {
+        return;
+    };
+    let (t, st) = setup(&ext4);
+    sample(&t.path().join("src"), 4);
+    let d = ingest(&st, &t.path().join("src"));
+    let mut r = req(d, t.path().join("root"));
+    r.method = MethodPreference::Clone;
+    let s = st.stage(&r).unwrap();
+    assert_eq!(s.counters.reflink, 0);
+    assert_eq!(s.counters.hardlink, 6, "{:?}", s.counters);
+    assert_eq!(
+        s.counters.fallbacks, 1,
+        "one fallback, then the device is downgraded"
+    );
+    assert_eq!(
+        s.counters.fallback_reasons.get("enotsup"),
+        Some(&1),
+        "{:?}",
+        s.counters
+    );
+    assert_contract_min(&t.path().join("root"));
+}
+
+fn assert_contract_min(root: &Path) {
+    assert_eq!(mode(root), 0o755);
+    assert_eq!(mode(&root.join("sdk/include")), 0o555);
+    assert_eq!(mode(&root.join("pkg/a.swift")), 0o444);
+    assert_eq!(mode(&root.join("pkg/tool")), 0o555);
+}
+
+#[test]
+fn cache_and_destination_on_different_filesystems_fall_back_to_copy() {
+    // /dev/shm is a tmpfs: a different filesystem from the temp dir (EXDEV for clone and link).
+    let shm = Path::new("/dev/shm");
+    let tmp = std::env::temp_dir();
+    let dev = |p: &Path| std::fs::metadata(p).unwrap().dev();
+    assert!(shm.is_dir(), "/dev/shm needed for the EXDEV test");
+    assert_ne!(
+        dev(shm),
+        dev(&tmp),
+        "/dev/shm and the temp dir must be different filesystems"
+    );
+    let (t, st) = setup(shm);
+    sample(&t.path().join("src"), 4);
+    let d = ingest(&st, &t.path().join("src"));
+    let dest_dir = tempfile::tempdir_in(&tmp).unwrap();
+    let mut r = req(d, dest_dir.path().join("root"));
+    r.method = MethodPreference::Hardlink;
+    let s = st.stage(&r).unwrap();
+    assert_eq!(s.counters.copy, 6, "{:?}", s.counters);
+    assert_eq!(
+        s.counters.fallback_reasons.get("exdev"),
+        Some(&1),
+        "{:?}",
+        s.counters
+    );
+    assert_contract_min(&dest_dir.path().join("root"));
+    // Auto on that pair probes and picks copy without any failed attempt.
+    let s2 = st.stage(&req(d, dest_dir.path().join("root2"))).unwrap();
+    assert_eq!(
+        (s2.counters.copy, s2.counters.fallbacks),
+        (6, 0),
+        "{:?}",
+        s2.counters
+    );
+}
+
+#[test]
+fn emlink_falls_back_to_a_replica_inode_not_a_copy() {
+    let Some(ext4) = fs_dir("CLONESTAGE_TEST_EXT4") else {
+        return;
+    };
+    let (t, st) = setup(&ext4);
+    write(&t.path().join("src/sdk/hot.h"), b"#pragma once\n", false);
+    let d = ingest(&st, &t.path().join("src"));
+    let blob = st.cache().blob_path(&Digest::of_bytes(b"#pragma once\n"));
+    // Fill the blob's link count to ext4's limit (65,000).
+    let filler = t.path().join("filler");
+    std::fs::create_dir(&filler).unwrap();
+    let mut i = 0;
+    loop {
+        match std::fs::hard_link(&blob, filler.join(i.to_string())) {
+            Ok(()) => i += 1,
+            Err(e) if e.raw_os_error() == Some(libc::EMLINK) => break,
+            Err(e) => panic!("link: {e}"),
+        }
+    }
+    assert!(i > 60_000, "expected ext4's link limit, got {i}");
+    let mut r = req(d, t.path().join("root"));
+    r.method = MethodPreference::Hardlink;
+    let s = st.stage(&r).unwrap();
+    assert_eq!(s.counters.hardlink, 1, "{:?}", s.counters);
+    assert_eq!(s.counters.copy, 0);
+    assert_eq!(s.counters.fallback_reasons.get("emlink"), Some(&1));
+    let staged = std::fs::metadata(t.path().join("root/sdk/hot.h")).unwrap();
+    assert_eq!(
+        staged.ino(),
+        std::fs::metadata(
+            st.cache()
+                .replica_path(&Digest::of_bytes(b"#pragma once\n"), false, 0)
+        )
+        .unwrap()
+        .ino()
+    );
+    // A second stage reuses the same replica inode rather than making another.
+    let s2 = st
+        .stage(&{
+            let mut r = req(d, t.path().join("root2"));
+            r.method = MethodPreference::Hardlink;
+            r
+        })
+        .unwrap();
+    assert_eq!(s2.counters.hardlink, 1);
+    assert!(!st
+        .cache()
+        .replica_path(&Digest::of_bytes(b"#pragma once\n"), false, 1)
+        .exists());
+    crate::remove::remove_tree(&filler).unwrap();
+}
+
+fn dir_digest(cache: &Cache, dir: Directory) -> Digest {
+    tree::put_directory(cache, &dir).unwrap()
+}
+
+fn file(name: &str, d: Digest) -> FileNode {
+    FileNode {
+        name: name.into(),
+        digest: Some(d.to_proto()),
+        is_executable: false,
+        node_properties: None,
+    }
+}
+
+#[test]
+fn every_class_of_bad_name_and_symlink_is_rejected_and_nothing_is_created() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let cache = st.cache();
+    let blob = cache.put_bytes(b"x", None).unwrap();
+    let sub = dir_digest(cache, Directory::default());
+    let files = |names: &[&str]| Directory {
+        files: names.iter().map(|n| file(n, blob)).collect(),
+        ..Default::default()
+    };
+    let sym = |target: &str| Directory {
+        symlinks: vec![SymlinkNode {
+            name: "l".into(),
+            target: target.into(),
+            node_properties: None,
+        }],
+        ..Default::default()
+    };
+    let cases: Vec<(&str, Directory)> = vec![
+        ("empty name", files(&[""])),
+        ("'.'", files(&["."])),
+        ("'..'", files(&[".."])),
+        ("contains '/'", files(&["a/b"])),
+        ("contains NUL", files(&["a\0b"])),
+        ("duplicate", files(&["a", "a"])),
+        ("not sorted", files(&["b", "a"])),
+        (
+            "two entries of different kinds",
+            Directory {
+                files: vec![file("a", blob)],
+                directories: vec![DirectoryNode {
+                    name: "a".into(),
+                    digest: Some(sub.to_proto()),
+                }],
+                ..Default::default()
+            },
+        ),
+        ("absolute target", sym("/etc/passwd")),
+        ("climbs out", sym("../../outside")),
+        ("empty target", sym("")),
+    ];
+    for (want, dir) in cases {
+        let d = dir_digest(cache, dir);
+        // Put the bad directory one level down, to check the error names its path.
+        let root = dir_digest(
+            cache,
+            Directory {
+                directories: vec![DirectoryNode {
+                    name: "pkg".into(),
+                    digest: Some(d.to_proto()),
+                }],
+                ..Default::default()
+            },
+        );
+        let dest = t.path().join("root");
+        let e = st
+            .stage(&req(root, dest.clone()))
+            .err()
+            .unwrap_or_else(|| panic!("{want}: accepted"));
+        assert_eq!(e.class(), ErrorClass::InvalidArgument, "{want}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("'pkg'") && msg.contains(&d.to_string()),
+            "{want}: error must name path and digest: {msg}"
+        );
+        assert!(!dest.exists(), "{want}: destination created");
+        assert!(leftovers(t.path()).is_empty(), "{want}: leftovers");
+    }
+    // The policy can allow what the defaults reject.
+    let d = dir_digest(cache, sym("/usr/bin/env"));
+    let mut r = req(d, t.path().join("ok"));
+    r.symlinks.allow_absolute = true;
+    st.stage(&r).unwrap();
+    assert_eq!(
+        std::fs::read_link(t.path().join("ok/l")).unwrap(),
+        PathBuf::from("/usr/bin/env")
+    );
+}
+
+#[test]
+fn a_symlink_in_the_tree_is_never_followed_when_creating_outputs() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let cache = st.cache();
+    let d = dir_digest(
+        cache,
+        Directory {
+            symlinks: vec![SymlinkNode {
+                name: "out".into(),
+                target: "pkg".into(),
+                node_properties: None,
+            }],
+            ..Default::default()
+        },
+    );
+    let mut r = req(d, t.path().join("root"));
+    r.outputs = vec!["out/x.o".into()];
+    let e = st
+        .stage(&r)
+        .err()
+        .expect("an output parent that is a symlink must be refused");
+    assert_eq!(e.class(), ErrorClass::InvalidArgument, "{e}");
+    assert!(!t.path().join("root").exists() && !t.path().join("pkg").exists());
+}
+
+#[test]
+fn an_existing_destination_is_refused_and_left_untouched() {
+    let (t, st) = setup(&std::env::temp_dir());
+    sample(&t.path().join("src"), 2);
+    let d = ingest(&st, &t.path().join("src"));
+    let dest = t.path().join("root");
+    std::fs::create_dir(&dest).unwrap();
+    std::fs::write(dest.join("keep"), b"mine").unwrap();
+    let e = st.stage(&req(d, dest.clone())).err().unwrap();
+    assert_eq!(e.class(), ErrorClass::AlreadyExists, "{e}");
+    assert_eq!(std::fs::read(dest.join("keep")).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 1);
+    // An empty directory and a dangling symlink count as existing too.
+    std::fs::create_dir(t.path().join("empty")).unwrap();
+    assert!(st.stage(&req(d, t.path().join("empty"))).is_err());
+    std::os::unix::fs::symlink("/nonexistent", t.path().join("dangling")).unwrap();
+    assert!(st.stage(&req(d, t.path().join("dangling"))).is_err());
+    assert!(leftovers(t.path()).is_empty());
+}
+
+#[test]
+fn a_stage_interrupted_half_way_leaves_nothing_behind() {
+    let (t, st) = setup(&std::env::temp_dir());
+    sample(&t.path().join("src"), 30);
+    let d = ingest(&st, &t.path().join("src"));
+    let mut r = req(d, t.path().join("root"));
+    r.fail_after_files = Some(12);
+    let e = st.stage(&r).err().unwrap();
+    assert!(matches!(e, Error::Injected(12)), "{e}");
+    assert!(!t.path().join("root").exists());
+    assert!(leftovers(t.path()).is_empty(), "{:?}", leftovers(t.path()));
+    // The cache is intact: the same request without the fault succeeds.
+    r.fail_after_files = None;
+    st.stage(&r).unwrap();
+    assert_eq!(st.cache().verify().unwrap().1.len(), 0);
+}
+
+#[test]
+fn missing_blobs_are_all_listed_and_nothing_is_created() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let cache = st.cache();
+    let (a, b) = (
+        Digest::of_bytes(b"never stored a"),
+        Digest::of_bytes(b"never stored b"),
+    );
+    let present = cache.put_bytes(b"present", None).unwrap();
+    let d = dir_digest(
+        cache,
+        Directory {
+            files: vec![file("a", a), file("b", b), file("c", present)],
+            ..Default::default()
+        },
+    );
+    let e = st.stage(&req(d, t.path().join("root"))).err().unwrap();
+    match e {
+        Error::Missing { mut digests, .. } => {
+            digests.sort();
+            let mut want = vec![a, b];
+            want.sort();
+            assert_eq!(digests, want);
+        }
+        e => panic!("{e}"),
+    }
+    assert!(!t.path().join("root").exists());
+    assert!(leftovers(t.path()).is_empty());
+}
+
+#[test]
+fn xfs_stages_every_file_by_reflink_sharing_extents_with_the_cache() {
+    let Some(xfs) = fs_dir("CLONESTAGE_TEST_XFS") else {
+        return;
+    };
+    let (t, st) = setup(&xfs);
+    let src = t.path().join("src");
+    for i in 0..1978 {
+        write(
+            &src.join(format!("sdk/m{}/f{i}.swiftinterface", i % 20)),
+            &vec![(i % 251) as u8; 4096 + i],
+            false,
+        );
+    }
+    let d = ingest(&st, &src);
+    let mut r = req(d, t.path().join("root"));
+    r.outputs = vec!["sdk/m3/out.o".into()];
+    let s = st.stage(&r).unwrap();
+    assert_eq!(s.counters.reflink, 1978, "{:?}", s.counters);
+    assert_eq!(
+        s.counters.hardlink + s.counters.copy + s.counters.fallbacks,
+        0
+    );
+    assert_eq!(mode(&t.path().join("root/sdk/m3")), 0o755);
+    assert_eq!(mode(&t.path().join("root/sdk/m4")), 0o555);
+    assert_eq!(mode(&t.path().join("root/sdk/m4/f4.swiftinterface")), 0o444);
+    let f = t.path().join("root/sdk/m7/f7.swiftinterface");
+    let out = std::process::Command::new("filefrag")
+        .arg("-v")
+        .arg(&f)
+        .output()
+        .expect("filefrag (e2fsprogs)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("shared"),
+        "staged file does not share extents with the cache:\n{text}"
+    );
+    // Private inode: not the cache's.
+    let blob = st
+        .cache()
+        .blob_path(&Digest::of_bytes(&vec![7u8; 4096 + 7]));
+    assert_ne!(
+        std::fs::metadata(&f).unwrap().ino(),
+        std::fs::metadata(blob).unwrap().ino()
+    );
+}
+
+#[test]
+fn btrfs_stages_a_warm_subtree_by_snapshot_with_writable_output_chain() {
+    let Some(btrfs) = fs_dir("CLONESTAGE_TEST_BTRFS") else {
+        return;
+    };
+    let (t, st) = setup(&btrfs);
+    let src = t.path().join("src");
+    for i in 0..1978 {
+        write(
+            &src.join(format!("sdk/m{}/f{i}.h", i % 20)),
+            format!("header {i}\n").as_bytes(),
+            false,
+        );
+    }
+    write(&src.join("pkg/main.swift"), b"print(1)\n", false);
+    let d = ingest(&st, &src);
+    let stage = |name: &str| {
+        let mut r = req(d, t.path().join(name));
+        r.outputs = vec!["sdk/m3/gen/out.o".into(), "pkg/main.o".into()];
+        st.stage(&r).unwrap()
+    };
+    let first = stage("r1");
+    assert_eq!(
+        first.counters.reflink, 1979,
+        "first sighting: per file {:?}",
+        first.counters
+    );
+    assert_eq!(first.counters.snapshot, 0);
+    assert_eq!(
+        first.counters.subtree_misses, 21,
+        "sdk and its 20 subdirectories were looked up"
+    );
+    let second = stage("r2");
+    assert_eq!(
+        (second.counters.subtree_misses, second.counters.snapshot),
+        (1, 1),
+        "second sighting builds the entry {:?}",
+        second.counters
+    );
+    let warm = stage("r3");
+    assert_eq!(warm.counters.snapshot, 1, "{:?}", warm.counters);
+    assert_eq!(warm.counters.subtree_hits, 1);
+    assert_eq!(
+        warm.counters.reflink, 1,
+        "only pkg/main.swift per file: {:?}",
+        warm.counters
+    );
+    let root = t.path().join("r3");
+    assert_eq!(mode(&root), 0o755);
+    assert_eq!(mode(&root.join("sdk")), 0o755, "chain through a snapshot");
+    assert_eq!(
+        mode(&root.join("sdk/m3")),
+        0o755,
+        "chain through a snapshot"
+    );
+    assert_eq!(mode(&root.join("sdk/m3/gen")), 0o755);
+    assert_eq!(mode(&root.join("sdk/m4")), 0o555);
+    assert_eq!(mode(&root.join("sdk/m4/f4.h")), 0o444);
+    assert_eq!(
+        std::fs::read(root.join("sdk/m4/f4.h")).unwrap(),
+        b"header 4\n"
+    );
+    // Writing in the snapshot does not reach the cache entry.
+    std::fs::write(root.join("sdk/m3/gen/out.o"), b"out").unwrap();
+    let sdk = Digest::from_proto(
+        tree::load_directory(st.cache(), &d, "")
+            .unwrap()
+            .unwrap()
+            .directories
+            .iter()
+            .find(|n| n.name == "sdk")
+            .unwrap()
+            .digest
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    let entry = st.cache().subtree_path(&sdk);
+    assert_eq!(mode(&entry), 0o555);
+    assert_eq!(mode(&entry.join("m3")), 0o555);
+    assert!(!entry.join("m3/gen").exists());
+    for r in ["r1", "r2", "r3"] {
+        crate::remove::remove_tree(&t.path().join(r)).unwrap();
+    }
+}

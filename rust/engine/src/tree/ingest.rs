@@ -1,0 +1,96 @@
+//! `ingest`: put a local file or directory tree into the cache and return its digest (a file's
+//! blob digest, or the root Directory digest for a tree). Files are cloned into the cache where
+//! the filesystem allows, else copied; symlinks are recorded, never followed.
+
+use super::{put_directory, Directory, DirectoryNode, FileNode, SymlinkNode};
+use crate::cas::{Cache, PutFile};
+use crate::digest::Digest;
+use crate::error::{Error, IoContext, Result};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IngestOptions {
+    /// Mark every file executable, as Bazel (through 8.x) does for action inputs, so the
+    /// digest matches the one Bazel sends.
+    pub all_executable: bool,
+    /// Consume the files (rename them into the cache) instead of cloning or copying them:
+    /// for an action's outputs, which live on the cache's filesystem and are discarded after.
+    pub move_files: bool,
+}
+
+pub fn ingest_path(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest> {
+    let meta = std::fs::symlink_metadata(path).ctx("lstat", path)?;
+    if meta.is_file() {
+        return cache.put_file(path, put_mode(opts), None);
+    }
+    if !meta.is_dir() {
+        return Err(Error::InvalidArgument(format!(
+            "{}: only a regular file or a directory can be ingested",
+            path.display()
+        )));
+    }
+    ingest_dir(cache, path, opts)
+}
+
+fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest> {
+    let mut entries: Vec<(String, std::fs::DirEntry)> = Vec::new();
+    for e in std::fs::read_dir(path).ctx("readdir", path)? {
+        let e = e.ctx("readdir", path)?;
+        let name = e.file_name().into_string().map_err(|n| {
+            Error::InvalidArgument(format!("{}: name {n:?} is not UTF-8", path.display()))
+        })?;
+        entries.push((name, e));
+    }
+    // REAPI orders entries by name as bytes (UTF-8), which is what str comparison does.
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut dir = Directory::default();
+    for (name, e) in entries {
+        let p = e.path();
+        let meta = std::fs::symlink_metadata(&p).ctx("lstat", &p)?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            let target = std::fs::read_link(&p).ctx("readlink", &p)?;
+            let target = target.into_os_string().into_string().map_err(|t| {
+                Error::InvalidArgument(format!(
+                    "{}: symlink target {t:?} is not UTF-8",
+                    p.display()
+                ))
+            })?;
+            dir.symlinks.push(SymlinkNode {
+                name,
+                target,
+                node_properties: None,
+            });
+        } else if ft.is_dir() {
+            let d = ingest_dir(cache, &p, opts)?;
+            dir.directories.push(DirectoryNode {
+                name,
+                digest: Some(d.to_proto()),
+            });
+        } else if ft.is_file() {
+            let d = cache.put_file(&p, put_mode(opts), None)?;
+            let exec = opts.all_executable || meta.permissions().mode() & 0o111 != 0;
+            dir.files.push(FileNode {
+                name,
+                digest: Some(d.to_proto()),
+                is_executable: exec,
+                node_properties: None,
+            });
+        } else {
+            return Err(Error::InvalidArgument(format!(
+                "{}: sockets, fifos and devices cannot be ingested",
+                p.display()
+            )));
+        }
+    }
+    put_directory(cache, &dir)
+}
+
+fn put_mode(opts: IngestOptions) -> PutFile {
+    if opts.move_files {
+        PutFile::Move
+    } else {
+        PutFile::CloneOrCopy
+    }
+}

@@ -1,0 +1,193 @@
+//! Validation of everything a client can put in a tree: names, ordering, duplicates and
+//! symlink targets; and of output paths. Run before anything is created.
+
+use super::{join, Directory};
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+
+/// What symlink targets a stage accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SymlinkPolicy {
+    /// Accept absolute targets (they point outside the root by definition).
+    pub allow_absolute: bool,
+    /// Accept relative targets that climb above the root with `..`.
+    pub allow_escaping: bool,
+}
+
+/// A single path component: not empty, `.`, `..`, and without `/` or NUL.
+pub fn validate_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("empty name".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("name '{name}' is not allowed"));
+    }
+    if name.contains('/') {
+        return Err(format!("name '{name}' contains '/'"));
+    }
+    if name.contains('\0') {
+        return Err(format!("name {name:?} contains NUL"));
+    }
+    Ok(())
+}
+
+/// Check one Directory found at `path` (relative to the root; "" for the root itself).
+pub fn validate_directory(
+    dir: &Directory,
+    path: &str,
+    digest: &Digest,
+    policy: SymlinkPolicy,
+) -> Result<()> {
+    let bad = |what: String| Error::InvalidTree {
+        path: path.to_string(),
+        digest: *digest,
+        reason: what,
+    };
+    let mut all: Vec<&str> =
+        Vec::with_capacity(dir.files.len() + dir.directories.len() + dir.symlinks.len());
+    for (kind, names) in [
+        (
+            "files",
+            dir.files
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "directories",
+            dir.directories.iter().map(|d| d.name.as_str()).collect(),
+        ),
+        (
+            "symlinks",
+            dir.symlinks.iter().map(|s| s.name.as_str()).collect(),
+        ),
+    ] {
+        for (i, n) in names.iter().enumerate() {
+            validate_name(n).map_err(|r| bad(format!("{kind}[{i}]: {r}")))?;
+            if i > 0 {
+                match names[i - 1].cmp(n) {
+                    std::cmp::Ordering::Less => {}
+                    std::cmp::Ordering::Equal => {
+                        return Err(bad(format!("duplicate name '{n}' in {kind}")))
+                    }
+                    std::cmp::Ordering::Greater => {
+                        return Err(bad(format!(
+                            "{kind} not sorted: '{}' before '{n}'",
+                            names[i - 1]
+                        )))
+                    }
+                }
+            }
+        }
+        all.extend(names);
+    }
+    all.sort_unstable();
+    if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+        return Err(bad(format!(
+            "name '{}' used by two entries of different kinds",
+            w[0]
+        )));
+    }
+    for f in &dir.files {
+        Digest::from_opt_proto(f.digest.as_ref(), &join(path, &f.name))
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    for d in &dir.directories {
+        Digest::from_opt_proto(d.digest.as_ref(), &join(path, &d.name))
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    let depth = if path.is_empty() {
+        0
+    } else {
+        path.split('/').count()
+    };
+    for s in &dir.symlinks {
+        check_symlink_target(&s.target, depth, policy).map_err(|r| {
+            bad(format!(
+                "symlink '{}' -> '{}': {r}",
+                join(path, &s.name),
+                s.target
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// A symlink at directory depth `depth` (root = 0) with `target`.
+fn check_symlink_target(
+    target: &str,
+    depth: usize,
+    policy: SymlinkPolicy,
+) -> std::result::Result<(), String> {
+    if target.is_empty() {
+        return Err("empty target".into());
+    }
+    if target.contains('\0') {
+        return Err("target contains NUL".into());
+    }
+    if target.starts_with('/') {
+        return if policy.allow_absolute {
+            Ok(())
+        } else {
+            Err("absolute target".into())
+        };
+    }
+    let mut level = depth as i64;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                level -= 1;
+                if level < 0 && !policy.allow_escaping {
+                    return Err("target climbs out of the root".into());
+                }
+            }
+            _ => level += 1,
+        }
+    }
+    Ok(())
+}
+
+/// An output path relative to the root: normalized, no `..`, no empty or `.` components.
+pub fn check_output_path(p: &str) -> Result<Vec<&str>> {
+    if p.is_empty() || p.starts_with('/') {
+        return Err(Error::InvalidArgument(format!(
+            "output path '{p}' must be relative and non-empty"
+        )));
+    }
+    let parts: Vec<&str> = p.trim_end_matches('/').split('/').collect();
+    for c in &parts {
+        validate_name(c).map_err(|r| Error::InvalidArgument(format!("output path '{p}': {r}")))?;
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlink_targets() {
+        let p = SymlinkPolicy::default();
+        assert!(check_symlink_target("a/b", 0, p).is_ok());
+        assert!(check_symlink_target("../x", 1, p).is_ok());
+        assert!(check_symlink_target("../x", 0, p).is_err());
+        assert!(check_symlink_target("a/../../x", 0, p).is_err());
+        assert!(check_symlink_target("/etc/passwd", 3, p).is_err());
+        assert!(check_symlink_target("", 0, p).is_err());
+        let lax = SymlinkPolicy {
+            allow_absolute: true,
+            allow_escaping: true,
+        };
+        assert!(check_symlink_target("/etc/passwd", 0, lax).is_ok());
+        assert!(check_symlink_target("../../x", 0, lax).is_ok());
+    }
+
+    #[test]
+    fn output_paths() {
+        assert_eq!(check_output_path("a/b/c").unwrap(), vec!["a", "b", "c"]);
+        for bad in ["", "/abs", "a/../b", "a//b", "./a", "a/./b"] {
+            assert!(check_output_path(bad).is_err(), "{bad} accepted");
+        }
+    }
+}
