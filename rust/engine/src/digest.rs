@@ -157,7 +157,7 @@ mod tests {
             "",
             "abc/1",
             &format!("{}/x", d.hex()),
-            &format!("{}", d.hex()),
+            &d.hex(),
         ] {
             assert!(Digest::parse(bad).is_err(), "{bad} accepted");
         }

