@@ -26,7 +26,7 @@ cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets --target 
 
 step "cargo test"
 cargo build --manifest-path rust/Cargo.toml --release --bin clonestage
-cargo test --manifest-path rust/Cargo.toml --workspace
+cargo test --release --manifest-path rust/Cargo.toml --workspace
 
 step "buildifier"
 if [ ! -x "$BUILDIFIER" ]; then
@@ -37,6 +37,13 @@ mapfile -t starlark < <(git ls-files -co --exclude-standard -- '*.bzl' '*.bazel'
 if [ ${#starlark[@]} -gt 0 ]; then
     "$BUILDIFIER" -lint=warn -mode=check "${starlark[@]}"
 fi
+
+step "launcher (tools/bazel) against stub clonestage and bazel"
+bash tests/launcher/run.sh
+
+step "bazel test //cc/... (spawn wrapper, googletest; Bazel $(bazel --version 2>/dev/null | awk '{print $2}'))"
+# The launcher is bypassed here: these tests are about the wrapper, run by Bazel locally.
+CLONESTAGE_DISABLE=1 bazel test --jobs=2 //cc/...
 
 echo
 echo "all test steps passed"

@@ -1,0 +1,97 @@
+// signal_test: SIGTERM/SIGINT sent to clonestage-spawn are forwarded to the
+// command's process group, with the kill-delay escalation. Run as a black
+// box; each command writes a "ready" file once it is set up, so the signal
+// is only sent when the wrapper is supervising it.
+
+#include <signal.h>
+
+#include <string>
+
+#include "cc/tests/spawn_runner.h"
+#include "gtest/gtest.h"
+
+namespace clonestage {
+namespace testing {
+namespace {
+
+TEST(SignalTest, ForwardsSigtermToCommand) {
+  const std::string dir = MakeTempDir();
+  const std::string ready = dir + "/ready";
+  const std::string marker = dir + "/got-term";
+  Spawn spawn({"--kill_delay", "10", "--", "/bin/sh", "-c",
+               "trap 'echo term > " + marker + "; exit 7' TERM; echo ok > " +
+                   ready + "; sleep 30 & wait"});
+  ASSERT_TRUE(WaitForFile(ready));
+  ASSERT_EQ(kill(spawn.pid(), SIGTERM), 0);
+  const SpawnResult r = spawn.Wait();
+  // The wrapper survives the signal and reports how the command ended.
+  EXPECT_EQ(r.term_signal, 0);
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(ReadFileOrEmpty(marker), "term\n");
+  EXPECT_LT(r.elapsed_secs, 5);
+}
+
+TEST(SignalTest, ForwardedSigtermEscalatesToSigkill) {
+  const std::string dir = MakeTempDir();
+  const std::string ready = dir + "/ready";
+  const std::string stats = dir + "/stats.json";
+  Spawn spawn({"--kill_delay", "0.5", "--stats", stats, "--", "/bin/sh", "-c",
+               "trap '' TERM; echo ok > " + ready + "; sleep 30; exit 0"});
+  ASSERT_TRUE(WaitForFile(ready));
+  const double sent = NowSecs();
+  ASSERT_EQ(kill(spawn.pid(), SIGTERM), 0);
+  const SpawnResult r = spawn.Wait();
+  const double after_signal = NowSecs() - sent;
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_GE(after_signal, 0.45);
+  EXPECT_LT(after_signal, 5);
+  const auto json = ParseFlatJson(ReadFileOrEmpty(stats));
+  EXPECT_EQ(JsonValue(json, "signal"), std::to_string(SIGKILL));
+  EXPECT_EQ(JsonValue(json, "timed_out"), "false");
+}
+
+TEST(SignalTest, ForwardsSigintToCommand) {
+  const std::string ready = MakeTempDir() + "/ready";
+  Spawn spawn({"--kill_delay", "10", "--", "/bin/sh", "-c",
+               "echo ok > " + ready + "; exec sleep 30"});
+  ASSERT_TRUE(WaitForFile(ready));
+  ASSERT_EQ(kill(spawn.pid(), SIGINT), 0);
+  const SpawnResult r = spawn.Wait();
+  EXPECT_EQ(r.term_signal, 0);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  EXPECT_LT(r.elapsed_secs, 5);
+}
+
+TEST(SignalTest, CommandStartsWithDefaultSignalDispositionsAndMask) {
+  // Whatever the wrapper inherited (nohup-style SIG_IGN, a blocked signal)
+  // must not leak into COMMAND, or it could not be stopped by that signal.
+  SpawnSettings ignoring;
+  ignoring.ignored_signal = SIGUSR1;
+  const SpawnResult ignored =
+      RunSpawn({"--", "/bin/sh", "-c", "kill -USR1 $$; exit 0"}, ignoring);
+  EXPECT_EQ(ignored.exit_code, 128 + SIGUSR1) << ignored.err;
+
+  SpawnSettings blocking;
+  blocking.blocked_signal = SIGUSR1;
+  const SpawnResult blocked =
+      RunSpawn({"--", "/bin/sh", "-c", "kill -USR1 $$; exit 0"}, blocking);
+  EXPECT_EQ(blocked.exit_code, 128 + SIGUSR1) << blocked.err;
+}
+
+TEST(SignalTest, ForwardsSigtermWhenWrapperStartsWithItBlocked) {
+  // An inherited blocked mask must not keep the wrapper from forwarding.
+  SpawnSettings settings;
+  settings.blocked_signal = SIGTERM;
+  const std::string ready = MakeTempDir() + "/ready";
+  Spawn spawn({"--kill_delay", "10", "--", "/bin/sh", "-c",
+               "echo ok > " + ready + "; exec sleep 30"},
+              settings);
+  ASSERT_TRUE(WaitForFile(ready));
+  ASSERT_EQ(kill(spawn.pid(), SIGTERM), 0);
+  const SpawnResult r = spawn.Wait();
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace clonestage

@@ -1,0 +1,559 @@
+#!/usr/bin/env bash
+# tests/launcher/run.sh: black-box tests of tools/bazel, the launcher, against
+# stub `clonestage`, `bazel` and `cargo` scripts (tests/launcher/stubs/).
+#
+# Each test builds a throwaway workspace with a copy of the launcher and runs it
+# with `env -i` (only HOME, PATH and what the test sets), then checks the
+# arguments the stub Bazel received, the launcher's stderr, and how many stub
+# servers were started. Stub servers are stopped by the pid they recorded.
+#
+# Usage: bash tests/launcher/run.sh    (prints "N passed, M failed" last)
+# Needs: bash >= 4 (EPOCHREALTIME for the timing test uses bash 5, else skipped).
+
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+launcher="$root/tools/bazel"
+stubs="$here/stubs"
+tmproot="$(mktemp -d "${TMPDIR:-/tmp}/launcher-tests.XXXXXX")"
+passed=0
+failed=0
+T=""
+
+cleanup_servers() { # stop every stub server the current test started, by pid
+  local f pid
+  [ -n "$T" ] || return 0
+  for f in "$T/cache/stub-serve-starts" "$T/extra-pids"; do
+    [ -f "$f" ] || continue
+    while read -r pid; do
+      [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    done <"$f"
+  done
+  return 0
+}
+trap 'cleanup_servers; rm -rf "$tmproot"' EXIT
+
+# --- fixtures ---------------------------------------------------------------------
+
+setup() { # a workspace with the launcher, stub bazel named bazel-7.4.1, stub helper on PATH
+  T="$(mktemp -d "$tmproot/t.XXXXXX")"
+  mkdir -p "$T/ws/tools" "$T/bin" "$T/cache" "$T/home"
+  cp "$launcher" "$T/ws/tools/bazel"
+  : >"$T/ws/WORKSPACE"
+  cp "$stubs/bazel" "$T/bin/bazel-7.4.1"
+  cp "$stubs/clonestage" "$T/bin/clonestage"
+  REAL="$T/bin/bazel-7.4.1"
+  SYS_PATH="/usr/local/bin:/usr/bin:/bin"
+  EXTRA_ENV=()
+}
+
+# launch [ARGS...]: run the launcher in $T/ws; sets RC, ERR (stderr), ARGS_OUT file, ELAPSED_MS.
+launch() {
+  local start end
+  start="$(now_ms)"
+  (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" \
+    CLONESTAGE_CACHE="$T/cache" BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/bazel-args" \
+    "${EXTRA_ENV[@]}" "$T/ws/tools/bazel" "$@") >"$T/stdout" 2>"$T/stderr"
+  RC=$?
+  end="$(now_ms)"
+  ELAPSED_MS=$((end - start))
+  ERR="$(cat "$T/stderr")"
+}
+
+now_ms() {
+  if [ -n "${EPOCHREALTIME:-}" ]; then
+    local t="${EPOCHREALTIME/[.,]/}"
+    echo $((t / 1000))
+  else
+    echo $(($(date +%s) * 1000))
+  fi
+}
+
+start_server() { # a stub server that is up before the launcher runs
+  (/usr/bin/env -i HOME="$T/home" PATH="$SYS_PATH" "$T/bin/clonestage" --cache "$T/cache" serve \
+    </dev/null >/dev/null 2>&1 &)
+  wait_for_file "$T/cache/server/tcp-port"
+}
+
+wait_for_file() {
+  local i
+  for i in $(seq 1 100); do
+    [ -f "$1" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+count_lines() { # lines in a file, 0 if missing
+  if [ -f "$1" ]; then wc -l <"$1" | tr -d ' '; else echo 0; fi
+}
+
+live_servers() {
+  local n=0 pid
+  if [ -f "$T/cache/stub-serve-starts" ]; then
+    while read -r pid; do
+      kill -0 "$pid" 2>/dev/null && n=$((n + 1))
+    done <"$T/cache/stub-serve-starts"
+  fi
+  echo "$n"
+}
+
+# --- assertions -------------------------------------------------------------------
+
+FAILS=()
+check() { # check DESCRIPTION COMMAND...: record a failure unless COMMAND succeeds
+  local what="$1"
+  shift
+  if ! "$@"; then FAILS+=("$what"); fi
+}
+args_are() { # the stub Bazel got exactly these arguments
+  local expected
+  expected="$(printf '%s\n' "$@")"
+  [ -f "$T/bazel-args" ] && [ "$(cat "$T/bazel-args")" = "$expected" ]
+}
+stderr_has() { [[ "$ERR" == *"$1"* ]]; }
+stderr_empty() { [ -z "$ERR" ]; }
+equals() { [ "$1" = "$2" ]; }
+less_than() { [ "$1" -lt "$2" ]; }
+no_file() { ! [ -e "$1" ]; }
+
+UNIX_FLAG=""
+TCP_FLAGS=()
+flags_for() { # the flags the stub helper prints for this test's cache
+  UNIX_FLAG="--remote_executor=unix://$T/cache/server/clonestage.sock"
+  TCP_FLAGS=("--remote_executor=grpc://127.0.0.1:45678" "--remote_header=x-clonestage-token=secret-token")
+}
+
+run_test() {
+  local name="$1"
+  FAILS=()
+  setup
+  flags_for
+  "$name"
+  cleanup_servers
+  if [ "${#FAILS[@]}" -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "PASS $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name"
+    local f
+    for f in "${FAILS[@]}"; do echo "    - $f"; done
+    echo "    stderr: $ERR" | head -20
+    [ -f "$T/bazel-args" ] && sed 's/^/    bazel arg: /' "$T/bazel-args"
+  fi
+}
+
+# --- tests ------------------------------------------------------------------------
+
+test_non_build_commands_pass_through() {
+  local cmd
+  for cmd in version query help info shutdown clean fetch; do
+    launch "$cmd" //x
+    check "$cmd: arguments unchanged" args_are "$cmd" //x
+  done
+  launch --version
+  check "--version passes through" equals "$(cat "$T/stdout")" "bazel 7.4.1"
+  launch
+  check "no arguments pass through" args_are
+  check "no server started for them" no_file "$T/cache/stub-serve-starts"
+  check "no helper asked for them" no_file "$T/cache/stub-address-calls"
+}
+
+test_fast_path_inserts_unix_flags_after_command() {
+  start_server
+  launch build //foo:bar --jobs=2
+  check "exit 0" equals "$RC" 0
+  check "flags right after the command word" args_are build "$UNIX_FLAG" //foo:bar --jobs=2
+  check "no new server" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
+  check "one address call" equals "$(count_lines "$T/cache/stub-address-calls")" 1
+  check "quiet" stderr_empty
+  local cmd
+  for cmd in test run coverage cquery aquery mobile-install; do
+    launch "$cmd" //t
+    check "$cmd gets the flags" args_are "$cmd" "$UNIX_FLAG" //t
+  done
+}
+
+test_tcp_for_bazel_4_and_5() {
+  start_server
+  cp "$stubs/bazel" "$T/bin/bazel-4"
+  REAL="$T/bin/bazel-4"
+  launch build //x
+  check "bazel-4 (Debian) gets TCP + token" args_are build "${TCP_FLAGS[@]}" //x
+  mkdir -p "$T/bazelisk/downloads/bazelbuild/bazel-5.4.1-linux-x86_64/bin"
+  cp "$stubs/bazel" "$T/bazelisk/downloads/bazelbuild/bazel-5.4.1-linux-x86_64/bin/bazel"
+  REAL="$T/bazelisk/downloads/bazelbuild/bazel-5.4.1-linux-x86_64/bin/bazel"
+  launch build //x
+  check "Bazelisk's 5.4.1 gets TCP" args_are build "${TCP_FLAGS[@]}" //x
+  mkdir -p "$T/bazelisk/downloads/bazelbuild/bazel-8.1.0-linux-x86_64/bin"
+  cp "$stubs/bazel" "$T/bazelisk/downloads/bazelbuild/bazel-8.1.0-linux-x86_64/bin/bazel"
+  REAL="$T/bazelisk/downloads/bazelbuild/bazel-8.1.0-linux-x86_64/bin/bazel"
+  launch build //x
+  check "Bazelisk's 8.1.0 gets the unix socket" args_are build "$UNIX_FLAG" //x
+}
+
+test_tcp_choice_from_env_bazelversion_and_version_query() {
+  start_server
+  cp "$stubs/bazel" "$T/bin/bazel-real"
+  REAL="$T/bin/bazel-real"
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  launch build //x
+  check "CLONESTAGE_TCP=1 forces TCP" args_are build "${TCP_FLAGS[@]}" //x
+  EXTRA_ENV=(CLONESTAGE_TCP=0 USE_BAZEL_VERSION=4.2.3)
+  launch build //x
+  check "CLONESTAGE_TCP=0 forces the socket" args_are build "$UNIX_FLAG" //x
+  EXTRA_ENV=(USE_BAZEL_VERSION=5.1.0)
+  launch build //x
+  check "USE_BAZEL_VERSION=5.1.0 means TCP" args_are build "${TCP_FLAGS[@]}" //x
+  EXTRA_ENV=()
+  echo "4.2.3" >"$T/ws/.bazelversion"
+  launch build //x
+  check ".bazelversion 4.2.3 means TCP" args_are build "${TCP_FLAGS[@]}" //x
+  echo "mirror/7.6.1" >"$T/ws/.bazelversion"
+  launch build //x
+  check ".bazelversion fork/7.6.1 means the socket" args_are build "$UNIX_FLAG" //x
+  rm "$T/ws/.bazelversion"
+  EXTRA_ENV=(STUB_BAZEL_VERSION="bazel no_version")
+  launch build //x
+  check "'bazel no_version' (Debian 4.2.3) means TCP" args_are build "${TCP_FLAGS[@]}" //x
+  EXTRA_ENV=(STUB_BAZEL_VERSION="bazel 8.2.1")
+  launch build //x
+  check "'bazel 8.2.1' means the socket" args_are build "$UNIX_FLAG" //x
+}
+
+test_startup_options_before_command() {
+  start_server
+  launch --output_base /tmp/ob --bazelrc=/dev/null --nohome_rc --host_jvm_args -Xmx1g test -c opt //a:b
+  check "flags after the command, startup options kept" args_are \
+    --output_base /tmp/ob --bazelrc=/dev/null --nohome_rc --host_jvm_args -Xmx1g test "$UNIX_FLAG" -c opt //a:b
+  launch --output_base /tmp/ob query //a:b
+  check "startup options + query pass through" args_are --output_base /tmp/ob query //a:b
+}
+
+# shellcheck disable=SC2016 # the literal $HOME is the point
+test_arguments_kept_verbatim() {
+  start_server
+  launch run //tool:x -- "a b" '' '*' '$HOME'
+  check "spaces, empty, glob and \$ survive" args_are run "$UNIX_FLAG" //tool:x -- "a b" '' '*' '$HOME'
+}
+
+test_exit_status_is_bazels() {
+  start_server
+  EXTRA_ENV=(STUB_BAZEL_EXIT=3)
+  launch build //x
+  check "exit 3 from Bazel" equals "$RC" 3
+  EXTRA_ENV=(STUB_BAZEL_EXIT=3 STUB_SERVE_FAIL=1)
+  kill "$(cat "$T/cache/server/pid")"
+  rm -rf "$T/cache/server"
+  launch build //x
+  check "exit 3 from Bazel when the helper failed too" equals "$RC" 3
+}
+
+test_starts_server_when_down_and_detaches_it() {
+  launch build //x
+  check "exit 0" equals "$RC" 0
+  check "flags added" args_are build "$UNIX_FLAG" //x
+  check "one server started" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
+  check "server still running after the command" equals "$(live_servers)" 1
+  local pid sid mysid
+  pid="$(head -n 1 "$T/cache/stub-serve-starts")"
+  sid="$(ps -o sid= -p "$pid" | tr -d ' ')"
+  mysid="$(ps -o sid= -p $$ | tr -d ' ')"
+  check "server in its own session (Ctrl-C safe)" test -n "$sid" -a "$sid" != "$mysid"
+  check "lock fd not leaked into Bazel" no_file "$T/bazel-args.fd9"
+  check "launcher dir is 0700" equals "$(stat -c %a "$T/cache/launcher" 2>/dev/null || stat -f %Lp "$T/cache/launcher")" 700
+  check "serve.log has the server's output" grep -q "stub serve: pid" "$T/cache/launcher/serve.log"
+}
+
+test_command_substitution_does_not_wait_for_server() {
+  # The detached server must not hold the caller's stdout/stderr pipes open.
+  local out start end
+  start="$(now_ms)"
+  out="$(cd "$T/ws" && timeout 20 /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" \
+    CLONESTAGE_CACHE="$T/cache" BAZEL_REAL="$REAL" "$T/ws/tools/bazel" build //x 2>&1)"
+  end="$(now_ms)"
+  check "returned promptly ($((end - start)) ms)" less_than $((end - start)) 10000
+  check "printed the stub's arguments" test "$(printf '%s\n' "$out" | head -n 1)" = build
+}
+
+test_restart_after_server_died() {
+  launch build //x
+  kill "$(head -n 1 "$T/cache/stub-serve-starts")"
+  sleep 0.1
+  rm -rf "$T/cache/server" # a dead stub leaves its lock dir behind
+  launch build //x
+  check "flags after restart" args_are build "$UNIX_FLAG" //x
+  check "second server started" equals "$(count_lines "$T/cache/stub-serve-starts")" 2
+  check "no wait on a stale launcher lock" test "${ERR#*waiting}" = "$ERR"
+}
+
+test_race_two_launches_start_one_server() {
+  local i
+  for i in 1 2 3; do
+    EXTRA_ENV=(STUB_SERVE_DELAY=0.7)
+    (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+      BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/args.$i.a" STUB_SERVE_DELAY=0.7 "$T/ws/tools/bazel" build //a) \
+      >/dev/null 2>"$T/err.$i.a" &
+    local p1=$!
+    (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+      BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/args.$i.b" STUB_SERVE_DELAY=0.7 "$T/ws/tools/bazel" build //b) \
+      >/dev/null 2>"$T/err.$i.b" &
+    local p2=$!
+    wait "$p1" "$p2"
+    check "round $i: first launch got the flags" test "$(sed -n 2p "$T/args.$i.a")" = "$UNIX_FLAG"
+    check "round $i: second launch got the flags" test "$(sed -n 2p "$T/args.$i.b")" = "$UNIX_FLAG"
+    check "round $i: exactly one server started" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
+    check "round $i: one server running" equals "$(live_servers)" 1
+    cleanup_servers
+    sleep 0.1
+    rm -rf "$T/cache"
+    mkdir -p "$T/cache"
+  done
+}
+
+test_race_without_lock_tools_still_one_server() {
+  # No flock, perl or setsid on PATH: only `clonestage serve`'s own lock remains.
+  local tool
+  mkdir -p "$T/sys"
+  for tool in bash env mkdir sleep tail sed grep find readlink cat rm; do
+    ln -s "$(command -v "$tool")" "$T/sys/$tool"
+  done
+  SYS_PATH="$T/sys"
+  (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+    BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/args.a" STUB_SERVE_DELAY=0.5 "$T/ws/tools/bazel" build //a) \
+    >/dev/null 2>"$T/err.a" &
+  local p1=$!
+  (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+    BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/args.b" STUB_SERVE_DELAY=0.5 "$T/ws/tools/bazel" build //b) \
+    >/dev/null 2>"$T/err.b" &
+  local p2=$!
+  wait "$p1" "$p2"
+  ERR="$(cat "$T/err.a" "$T/err.b")"
+  check "first launch got the flags" test "$(sed -n 2p "$T/args.a")" = "$UNIX_FLAG"
+  check "second launch got the flags" test "$(sed -n 2p "$T/args.b")" = "$UNIX_FLAG"
+  check "one server running" equals "$(live_servers)" 1
+}
+
+test_helper_fails_to_start() {
+  EXTRA_ENV=(STUB_SERVE_FAIL=1)
+  launch build //x
+  check "exit 0 (Bazel ran)" equals "$RC" 0
+  check "no flags" args_are build //x
+  check "says the server exited" stderr_has "exited before it was ready"
+  check "quotes the server log" stderr_has "stub serve: failing on purpose"
+  check "says Bazel runs without the executor" stderr_has "running Bazel without the clonestage executor"
+  check "gave up quickly (${ELAPSED_MS} ms)" less_than "$ELAPSED_MS" 5000
+}
+
+test_helper_never_ready_times_out() {
+  EXTRA_ENV=(STUB_SERVE_HANG=1 CLONESTAGE_START_TIMEOUT=1)
+  launch build //x
+  check "no flags" args_are build //x
+  check "says it timed out" stderr_has "was not ready after 1s"
+  check "bounded wait (${ELAPSED_MS} ms)" less_than "$ELAPSED_MS" 4000
+  cat "$T/cache/server/pid" >>"$T/extra-pids"
+}
+
+test_no_helper_and_no_cargo() {
+  rm "$T/bin/clonestage"
+  launch build //x
+  check "no flags" args_are build //x
+  check "explains" stderr_has "no clonestage helper found"
+  check "exit 0" equals "$RC" 0
+}
+
+test_bad_clonestage_bin() {
+  EXTRA_ENV=(CLONESTAGE_BIN=/nonexistent/clonestage)
+  launch build //x
+  check "no flags" args_are build //x
+  check "names the variable" stderr_has "CLONESTAGE_BIN=/nonexistent/clonestage is not an executable file"
+}
+
+test_clonestage_bin_and_workspace_binary_are_used() {
+  rm "$T/bin/clonestage"
+  mkdir -p "$T/ws/rust/target/release"
+  cp "$stubs/clonestage" "$T/ws/rust/target/release/clonestage"
+  launch build //x
+  check "workspace rust/target/release/clonestage used" args_are build "$UNIX_FLAG" //x
+  cleanup_servers
+  rm -rf "$T/cache"
+  mkdir -p "$T/cache" "$T/elsewhere"
+  cp "$stubs/clonestage" "$T/elsewhere/cs"
+  EXTRA_ENV=(CLONESTAGE_BIN="$T/elsewhere/cs")
+  launch build //x
+  check "CLONESTAGE_BIN used" args_are build "$UNIX_FLAG" //x
+}
+
+test_cargo_builds_missing_helper_once() {
+  rm "$T/bin/clonestage"
+  mkdir -p "$T/ws/rust"
+  : >"$T/ws/rust/Cargo.toml"
+  cp "$stubs/cargo" "$T/bin/cargo"
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage")
+  launch build //x
+  check "cargo build ran" grep -q -- "build --release --manifest-path $T/ws/rust/Cargo.toml --bin clonestage" "$T/cargo.log"
+  check "says it builds" stderr_has "building the helper once"
+  check "flags added" args_are build "$UNIX_FLAG" //x
+  launch build //x
+  check "cargo not run again" equals "$(count_lines "$T/cargo.log")" 1
+  check "flags on the fast path" args_are build "$UNIX_FLAG" //x
+}
+
+test_cargo_failure_does_not_block_bazel() {
+  rm "$T/bin/clonestage"
+  mkdir -p "$T/ws/rust"
+  : >"$T/ws/rust/Cargo.toml"
+  cp "$stubs/cargo" "$T/bin/cargo"
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CARGO_FAIL=1 STUB_CLONESTAGE="$stubs/clonestage")
+  launch build //x
+  check "no flags" args_are build //x
+  check "explains" stderr_has "cargo build in $T/ws/rust failed"
+  check "exit 0" equals "$RC" 0
+  launch build //x
+  check "no retry right after a failure" equals "$(count_lines "$T/cargo.log")" 1
+  check "says why it does not retry" stderr_has "failed less than 10 minutes ago"
+  check "still runs Bazel" args_are build //x
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage" CLONESTAGE_REBUILD=1)
+  launch build //x
+  check "CLONESTAGE_REBUILD=1 retries" equals "$(count_lines "$T/cargo.log")" 2
+  check "and then uses the helper" args_are build "$UNIX_FLAG" //x
+}
+
+test_symlinked_launcher_finds_its_checkout() {
+  # examples/*/tools/bazel are symlinks to the checkout's tools/bazel.
+  rm "$T/bin/clonestage"
+  mkdir -p "$T/checkout/tools" "$T/checkout/rust/target/release" "$T/ex/tools"
+  cp "$launcher" "$T/checkout/tools/bazel"
+  cp "$stubs/clonestage" "$T/checkout/rust/target/release/clonestage"
+  ln -s ../../checkout/tools/bazel "$T/ex/tools/bazel"
+  (cd "$T/ex" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+    BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/bazel-args" tools/bazel build //x) 2>"$T/stderr"
+  ERR="$(cat "$T/stderr")"
+  check "checkout's helper used" args_are build "$UNIX_FLAG" //x
+}
+
+test_explicit_executor_wins() {
+  # Another executor named on the command line: no clonestage flags, so the
+  # token header never reaches it.
+  start_server
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  launch build --remote_executor=grpcs://rbe.example:443 //x
+  check "executor flag: untouched" args_are build --remote_executor=grpcs://rbe.example:443 //x
+  launch test --remote_cache grpc://cache:9092 //x
+  check "cache flag: untouched" args_are test --remote_cache grpc://cache:9092 //x
+  launch run //tool -- --remote_executor=x
+  check "after --: still ours" args_are run "${TCP_FLAGS[@]}" //tool -- --remote_executor=x
+}
+
+test_disable() {
+  start_server
+  EXTRA_ENV=(CLONESTAGE_DISABLE=1)
+  launch build //x
+  check "untouched" args_are build //x
+  check "helper not asked" equals "$(count_lines "$T/cache/stub-address-calls")" 0
+}
+
+test_finds_real_bazel_on_path_without_looping() {
+  start_server
+  mkdir -p "$T/front"
+  ln -s "$T/ws/tools/bazel" "$T/front/bazel" # the launcher itself first on PATH
+  cp "$stubs/bazel" "$T/bin/bazel"
+  (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/front:$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+    STUB_BAZEL_OUT="$T/bazel-args" USE_BAZEL_VERSION=7.4.1 "$T/front/bazel" build //x) 2>"$T/stderr"
+  ERR="$(cat "$T/stderr")"
+  check "ran the stub with flags" args_are build "$UNIX_FLAG" //x
+  check "told Bazelisk not to run tools/bazel again" equals "$(cat "$T/bazel-args.skip")" true
+}
+
+test_wrapper_reentry_adds_flags_once() {
+  # Like Debian's /usr/bin/bazel: a wrapper that sets BAZEL_REAL and runs
+  # <workspace>/tools/bazel, found on PATH by a launcher without BAZEL_REAL.
+  start_server
+  cp "$stubs/bazel" "$T/bin/bazel-4"
+  cat >"$T/bin/bazel" <<EOF
+#!/usr/bin/env bash
+export BAZEL_REAL="$T/bin/bazel-4"
+exec "\$PWD/tools/bazel" "\$@"
+EOF
+  chmod +x "$T/bin/bazel"
+  (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+    STUB_BAZEL_OUT="$T/bazel-args" CLONESTAGE_TCP=1 "$T/bin/bazel" build //x) 2>"$T/stderr"
+  ERR="$(cat "$T/stderr")"
+  check "flags exactly once" args_are build "${TCP_FLAGS[@]}" //x
+}
+
+test_fast_path_overhead() {
+  # Added latency with the server up: launcher -> stub address -> stub Bazel,
+  # against calling the stub Bazel directly. Bazel 7 named in BAZEL_REAL's
+  # path, so no `bazel --version` is needed (the common Bazelisk case).
+  if [ -z "${EPOCHREALTIME:-}" ]; then
+    echo "    (skipped: bash without EPOCHREALTIME)"
+    return
+  fi
+  start_server
+  local n=30 i t0 t1 direct launched per_direct per_launch
+  t0="$(now_us)"
+  for ((i = 0; i < n; i++)); do
+    (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" STUB_BAZEL_OUT=/dev/null \
+      "$REAL" build //x)
+  done
+  t1="$(now_us)"
+  direct=$((t1 - t0))
+  t0="$(now_us)"
+  for ((i = 0; i < n; i++)); do
+    (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
+      BAZEL_REAL="$REAL" STUB_BAZEL_OUT=/dev/null "$T/ws/tools/bazel" build //x)
+  done
+  t1="$(now_us)"
+  launched=$((t1 - t0))
+  per_direct=$((direct / n))
+  per_launch=$((launched / n))
+  local added=$(((per_launch - per_direct) / 1000))
+  echo "    fast path: stub bazel alone $((per_direct / 1000)).$(((per_direct % 1000) / 100)) ms," \
+    "through tools/bazel $((per_launch / 1000)).$(((per_launch % 1000) / 100)) ms," \
+    "added $(((per_launch - per_direct) / 1000)).$((((per_launch - per_direct) % 1000) / 100)) ms per command (n=$n)"
+  check "adds under 50 ms (added ${added} ms)" less_than "$added" 50
+}
+
+now_us() {
+  local t="${EPOCHREALTIME/[.,]/}"
+  echo "$t"
+}
+
+# --- run --------------------------------------------------------------------------
+
+tests=(
+  test_non_build_commands_pass_through
+  test_fast_path_inserts_unix_flags_after_command
+  test_tcp_for_bazel_4_and_5
+  test_tcp_choice_from_env_bazelversion_and_version_query
+  test_startup_options_before_command
+  test_arguments_kept_verbatim
+  test_exit_status_is_bazels
+  test_starts_server_when_down_and_detaches_it
+  test_command_substitution_does_not_wait_for_server
+  test_restart_after_server_died
+  test_race_two_launches_start_one_server
+  test_race_without_lock_tools_still_one_server
+  test_helper_fails_to_start
+  test_helper_never_ready_times_out
+  test_no_helper_and_no_cargo
+  test_bad_clonestage_bin
+  test_clonestage_bin_and_workspace_binary_are_used
+  test_cargo_builds_missing_helper_once
+  test_cargo_failure_does_not_block_bazel
+  test_symlinked_launcher_finds_its_checkout
+  test_explicit_executor_wins
+  test_disable
+  test_finds_real_bazel_on_path_without_looping
+  test_wrapper_reentry_adds_flags_once
+  test_fast_path_overhead
+)
+if [ $# -gt 0 ]; then tests=("$@"); fi
+for t in "${tests[@]}"; do
+  run_test "$t"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
