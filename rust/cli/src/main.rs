@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "clonestage", version, about = "Stage Bazel action inputs by clonefile/reflink/hardlink from a local cache")]
+#[command(
+    name = "clonestage",
+    version,
+    about = "Stage Bazel action inputs by clonefile/reflink/hardlink from a local cache"
+)]
 struct Cli {
     /// Cache directory [default: $CLONESTAGE_CACHE, else ~/.cache/clonestage, ~/Library/Caches/clonestage on macOS]
     #[arg(long, global = true, value_name = "DIR")]
@@ -88,16 +92,29 @@ enum Method {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The server logs its readiness and each failure; one-shot commands only warnings.
+    let default_level = if matches!(cli.cmd, Cmd::Serve { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CLONESTAGE_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("CLONESTAGE_LOG")
+                .unwrap_or_else(|_| default_level.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let cache = cli.cache.clone().unwrap_or_else(clonestage_engine::default_cache_dir);
+    let cache = cli
+        .cache
+        .clone()
+        .unwrap_or_else(clonestage_engine::default_cache_dir);
     let r = match cli.cmd {
-        Cmd::Ingest { path, all_executable } => commands::ingest(&cache, &path, all_executable),
+        Cmd::Ingest {
+            path,
+            all_executable,
+        } => commands::ingest(&cache, &path, all_executable),
         Cmd::Stage {
             digest,
             dest,
@@ -128,13 +145,19 @@ fn main() -> ExitCode {
         Cmd::Stats { json } => commands::stats(&cache, json),
         Cmd::Verify => commands::verify(&cache),
         Cmd::Gc { max_size } => commands::gc(&cache, max_size),
-        Cmd::Serve { port, jobs, spawn } => clonestage_server::serve(clonestage_server::ServeOptions {
-            cache_dir: cache,
-            port,
-            jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)),
-            spawn,
-        })
-        .map(|_| ExitCode::SUCCESS),
+        Cmd::Serve { port, jobs, spawn } => {
+            clonestage_server::serve(clonestage_server::ServeOptions {
+                cache_dir: cache,
+                port,
+                jobs: jobs.unwrap_or_else(|| {
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(2)
+                }),
+                spawn,
+            })
+            .map(|_| ExitCode::SUCCESS)
+        }
         Cmd::Address { tcp } => commands::address(&cache, tcp),
     };
     match r {

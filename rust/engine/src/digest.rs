@@ -153,12 +153,7 @@ mod tests {
         let d = Digest::of_bytes(b"hello");
         assert_eq!(Digest::parse(&d.to_string()).unwrap(), d);
         assert_eq!(Digest::from_file_name(&d.file_name()), Some(d));
-        for bad in [
-            "",
-            "abc/1",
-            &format!("{}/x", d.hex()),
-            &d.hex(),
-        ] {
+        for bad in ["", "abc/1", &format!("{}/x", d.hex()), &d.hex()] {
             assert!(Digest::parse(bad).is_err(), "{bad} accepted");
         }
         let upper = format!("{}/5", d.hex().to_uppercase());

@@ -18,7 +18,10 @@ pub fn open(cache: &Path) -> anyhow::Result<Cache> {
 
 pub fn ingest(cache: &Path, path: &Path, all_executable: bool) -> anyhow::Result<ExitCode> {
     let c = open(cache)?;
-    let opts = tree::IngestOptions { all_executable, ..Default::default() };
+    let opts = tree::IngestOptions {
+        all_executable,
+        ..Default::default()
+    };
     let d = tree::ingest_path(&c, path, opts)?;
     println!("{d}");
     Ok(ExitCode::SUCCESS)
@@ -28,11 +31,22 @@ pub fn verify(cache: &Path) -> anyhow::Result<ExitCode> {
     let c = open(cache)?;
     let (checked, bad) = c.verify()?;
     for b in &bad {
-        let actual = b.actual.map(|a| a.to_string()).unwrap_or_else(|| "unreadable".into());
-        eprintln!("corrupt: {} at {} (content hashes to {actual}); quarantined", b.digest, b.path.display());
+        let actual = b
+            .actual
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "unreadable".into());
+        eprintln!(
+            "corrupt: {} at {} (content hashes to {actual}); quarantined",
+            b.digest,
+            b.path.display()
+        );
     }
     println!("verified {checked} cache inodes, {} corrupt", bad.len());
-    Ok(if bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
@@ -40,7 +54,12 @@ pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
     let r = c.gc(max_size)?;
     println!(
         "{} -> {} bytes; evicted {} blobs, {} subtrees; kept {} pinned ({} pinned roots)",
-        r.bytes_before, r.bytes_after, r.blobs_evicted, r.subtrees_evicted, r.kept_pinned, r.pinned_roots
+        r.bytes_before,
+        r.bytes_after,
+        r.blobs_evicted,
+        r.subtrees_evicted,
+        r.kept_pinned,
+        r.pinned_roots
     );
     Ok(ExitCode::SUCCESS)
 }

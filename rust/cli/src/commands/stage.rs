@@ -19,7 +19,9 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
     let root = Digest::parse(&a.digest)?;
     let stager = Stager::new(Arc::new(super::open(cache)?));
     // Testing hook: fail after N files, to prove a failed stage leaves nothing behind.
-    let fail_after_files = std::env::var("CLONESTAGE_FAULT_FAIL_AFTER").ok().and_then(|v| v.parse().ok());
+    let fail_after_files = std::env::var("CLONESTAGE_FAULT_FAIL_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let staged = stager.stage(&StageRequest {
         root,
         dest: a.dest,
@@ -27,6 +29,7 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         method: a.method,
         symlinks: a.symlinks,
         fail_after_files,
+        defer_bookkeeping: false,
     })?;
     if a.json {
         let mut v = serde_json::to_value(&staged.counters)?;

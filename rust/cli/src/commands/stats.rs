@@ -7,13 +7,23 @@ use std::process::ExitCode;
 pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let c = super::open(cache)?;
     let s = stats::load(c.root())?;
+    let pcts = clonestage_server::stage_percentiles(&s);
     if json {
-        println!("{}", serde_json::to_string(&s)?);
+        let mut v = serde_json::to_value(&s)?;
+        for (p, us) in &pcts {
+            v[format!("stage_p{p}_us")] = (*us).into();
+        }
+        println!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
     println!("cache: {}", c.root().display());
     println!("cache bytes: {}", clonestage_engine::cas::cache_bytes(&c));
-    println!("stages: {} ({} failed), staging time total {:.1} ms", s.stages, s.stage_failures, s.stage_us_total as f64 / 1000.0);
+    println!(
+        "stages: {} ({} failed), staging time total {:.1} ms",
+        s.stages,
+        s.stage_failures,
+        s.stage_us_total as f64 / 1000.0
+    );
     println!("files/trees by method:");
     for (k, v) in [
         ("clonefile", s.clonefile),
@@ -26,14 +36,32 @@ pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
     ] {
         println!("  {k:<10} {v}");
     }
-    println!("subtree cache: {} hits, {} misses", s.subtree_hits, s.subtree_misses);
+    println!(
+        "subtree cache: {} hits, {} misses",
+        s.subtree_hits, s.subtree_misses
+    );
     println!("fallbacks: {}", s.fallbacks);
     for (k, v) in &s.fallback_reasons {
         println!("  {k:<10} {v}");
     }
     println!("tampered hardlinked inputs quarantined: {}", s.tampered);
-    for (k, v) in &s.extra {
-        println!("{k}: {v}");
+    let server: Vec<_> = s
+        .extra
+        .iter()
+        .filter(|(k, _)| !k.starts_with("stage_us_le_"))
+        .collect();
+    if !server.is_empty() {
+        println!("server:");
+        for (k, v) in server {
+            println!("  {k:<22} {v}");
+        }
+    }
+    if !pcts.is_empty() {
+        let p: Vec<String> = pcts
+            .iter()
+            .map(|(p, us)| format!("p{p} <= {:.2} ms", *us as f64 / 1000.0))
+            .collect();
+        println!("action staging time: {}", p.join(", "));
     }
     Ok(ExitCode::SUCCESS)
 }

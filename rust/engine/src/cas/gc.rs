@@ -3,7 +3,9 @@
 //! Last use is not tracked by touching blobs (a hardlinked blob's mtime is the staged file's
 //! mtime, and tamper detection reads it). Instead every stage appends its root digest to
 //! `access.log`; gc walks the logged roots, newest first, and gives every reachable blob and
-//! subtree the root's time. Blobs no root reaches fall back to their install time (mtime).
+//! subtree the root's time. Blobs no root reaches fall back to their inode's ctime: set when
+//! it was installed, and again whenever it gains or loses a hard link (so a blob hardlinked
+//! into a root counts as used then). mtime cannot serve: every blob carries `BLOB_MTIME`.
 //! Roots pinned by live processes, and everything they reach, are never evicted.
 
 use super::pins::{flock, open_lock};
@@ -150,7 +152,7 @@ impl Cache {
                 let e = entries.entry(d).or_insert_with(|| Entry {
                     digest: d,
                     bytes: 0,
-                    mtime: m.mtime().max(0) as u64,
+                    mtime: m.ctime().max(0) as u64,
                     paths: Vec::new(),
                 });
                 e.bytes += m.len();

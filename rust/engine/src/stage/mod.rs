@@ -46,6 +46,9 @@ pub struct StageRequest {
     pub symlinks: SymlinkPolicy,
     /// Testing: fail after placing this many files (proves cleanup).
     pub fail_after_files: Option<usize>,
+    /// Leave the bookkeeping (access log, persistent counters) to a later
+    /// `Stager::record(&staged)`, off the action's critical path (the server does this).
+    pub defer_bookkeeping: bool,
 }
 
 impl Default for Digest {
@@ -56,6 +59,7 @@ impl Default for Digest {
 
 /// A staged root. Keeps its tree pinned until dropped; call `check_inputs` after the action.
 pub struct StagedRoot {
+    pub root: Digest,
     pub dest: PathBuf,
     pub counters: Counters,
     pub micros: u64,
@@ -210,18 +214,28 @@ impl Stager {
         let tree_us = (!b.tree_times.is_empty())
             .then(|| b.tree_times.iter().sum::<f64>() / b.tree_times.len() as f64);
         self.devices.observe(&self.cache, key, file_us, tree_us);
-        self.cache.note_access(&req.root);
-        if let Err(e) = stats::record(self.cache.root(), &counters) {
-            tracing::warn!(error = %e, "cannot record stage counters");
-        }
         tracing::debug!(root = %req.root, dest = %dest.display(), micros, "staged");
-        Ok(StagedRoot {
+        let staged = StagedRoot {
+            root: req.root,
             dest: dest.clone(),
             counters,
             micros,
             linked: std::mem::take(&mut b.linked),
             cache: self.cache.clone(),
             _pin: pin,
-        })
+        };
+        if !req.defer_bookkeeping {
+            self.record(&staged);
+        }
+        Ok(staged)
+    }
+
+    /// Log the root's use (for LRU eviction) and add the stage's counters to the persistent
+    /// ones. Done by `stage` unless the request deferred it.
+    pub fn record(&self, staged: &StagedRoot) {
+        self.cache.note_access(&staged.root);
+        if let Err(e) = stats::record(self.cache.root(), &staged.counters) {
+            tracing::warn!(error = %e, "cannot record stage counters");
+        }
     }
 }

@@ -1,0 +1,128 @@
+//! The action cache on disk: one encoded `ActionResult` per action digest at
+//! `<cache>/ac/<hh>/<hash>-<size>`, written to a temp file and renamed over the old entry, so
+//! a reader sees a whole old or a whole new result. An entry is only served while every blob
+//! it names (output files, output trees and the files inside them, stdout, stderr) is still in
+//! the CAS; an entry that lost a blob to eviction reads as absent (and is removed).
+
+use crate::status::Failure;
+use bazel_remote_apis::build::bazel::remote::execution::v2::{ActionResult, Tree};
+use clonestage_engine::{Cache, Digest};
+use prost::Message;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) struct AcStore {
+    dir: PathBuf,
+    seq: AtomicU64,
+}
+
+impl AcStore {
+    pub fn new(dir: &Path) -> std::io::Result<AcStore> {
+        std::fs::create_dir_all(dir)?;
+        Ok(AcStore {
+            dir: dir.to_path_buf(),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    fn path(&self, d: &Digest) -> PathBuf {
+        self.dir.join(&d.hex()[..2]).join(d.file_name())
+    }
+
+    /// The stored result, if any and if all its blobs are present.
+    pub fn get(&self, cache: &Cache, d: &Digest) -> Result<Option<ActionResult>, Failure> {
+        let p = self.path(d);
+        let bytes = match std::fs::read(&p) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Failure::Internal(format!("read {}: {e}", p.display()))),
+        };
+        let r = match ActionResult::decode(bytes.as_slice()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "undecodable action cache entry; removing it");
+                let _ = std::fs::remove_file(&p);
+                return Ok(None);
+            }
+        };
+        if let Some(missing) = first_missing_blob(cache, &r) {
+            tracing::debug!(action = %d, blob = %missing, "action cache entry lost a blob; dropping it");
+            let _ = std::fs::remove_file(&p);
+            return Ok(None);
+        }
+        Ok(Some(r))
+    }
+
+    /// Store `r` under `d`, replacing any older entry atomically.
+    pub fn put(&self, d: &Digest, r: &ActionResult) -> Result<(), Failure> {
+        let p = self.path(d);
+        let parent = p.parent().expect("ac paths have parents");
+        let io = |op: &str, path: &Path, e: std::io::Error| {
+            Failure::Internal(format!("{op} {}: {e}", path.display()))
+        };
+        std::fs::create_dir_all(parent).map_err(|e| io("mkdir", parent, e))?;
+        let tmp = parent.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        ));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&r.encode_to_vec())?;
+            std::fs::rename(&tmp, &p)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io("write", &p, e)
+        })
+    }
+}
+
+/// Every blob `r` refers to that the CAS lacks (the first one found), reading output trees.
+pub(crate) fn first_missing_blob(cache: &Cache, r: &ActionResult) -> Option<Digest> {
+    let mut want: Vec<Digest> = Vec::new();
+    let mut push = |d: Option<&bazel_remote_apis::build::bazel::remote::execution::v2::Digest>| {
+        if let Some(d) = d.and_then(|d| Digest::from_proto(d).ok()) {
+            want.push(d);
+        }
+    };
+    push(r.stdout_digest.as_ref());
+    push(r.stderr_digest.as_ref());
+    for f in &r.output_files {
+        push(f.digest.as_ref());
+    }
+    let mut trees = Vec::new();
+    for dir in &r.output_directories {
+        push(dir.tree_digest.as_ref());
+        push(dir.root_directory_digest.as_ref());
+        if let Some(t) = dir
+            .tree_digest
+            .as_ref()
+            .and_then(|d| Digest::from_proto(d).ok())
+        {
+            trees.push(t);
+        }
+    }
+    if let Some(m) = want.iter().find(|d| !cache.contains(d)) {
+        return Some(*m);
+    }
+    for t in trees {
+        let Ok(Some(bytes)) = cache.read(&t) else {
+            return Some(t);
+        };
+        let Ok(tree) = Tree::decode(bytes.as_slice()) else {
+            return Some(t);
+        };
+        for dir in tree.root.iter().chain(tree.children.iter()) {
+            for f in &dir.files {
+                match f.digest.as_ref().map(Digest::from_proto) {
+                    Some(Ok(d)) if cache.contains(&d) => {}
+                    Some(Ok(d)) => return Some(d),
+                    _ => return Some(t),
+                }
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,101 @@
+//! ActionCache: GetActionResult serves results from `ac_store` (only those whose blobs are
+//! all present); UpdateActionResult stores results clients computed themselves (Bazel's
+//! `--remote_upload_local_results`), after checking that the blobs they name were uploaded.
+//! Lookups count as `action_cache_hits` / `action_cache_misses` in `clonestage stats`.
+
+use crate::state::State;
+use crate::stats;
+use crate::status::{blocking, check_digest_function, digest_arg, Failure};
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use pb::action_cache_server::ActionCache;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub(crate) struct ActionCacheService {
+    pub state: Arc<State>,
+}
+
+/// Fill `stdout_raw`/`stderr_raw` when asked (inline output files are not inlined: optional).
+pub(crate) fn inline_std(state: &State, r: &mut pb::ActionResult, stdout: bool, stderr: bool) {
+    let read = |d: &Option<pb::Digest>| {
+        d.as_ref()
+            .and_then(|d| clonestage_engine::Digest::from_proto(d).ok())
+            .filter(|d| d.size <= 1024 * 1024)
+            .and_then(|d| state.cache.read(&d).ok().flatten())
+    };
+    if stdout {
+        if let Some(b) = read(&r.stdout_digest) {
+            r.stdout_raw = b;
+        }
+    }
+    if stderr {
+        if let Some(b) = read(&r.stderr_digest) {
+            r.stderr_raw = b;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl ActionCache for ActionCacheService {
+    async fn get_action_result(
+        &self,
+        request: Request<pb::GetActionResultRequest>,
+    ) -> Result<Response<pb::ActionResult>, Status> {
+        let req = request.into_inner();
+        check_digest_function(req.digest_function)?;
+        let d = digest_arg(req.action_digest.as_ref(), "action_digest")?;
+        let state = self.state.clone();
+        let r = blocking(move || {
+            let r = state.ac.get(&state.cache, &d)?;
+            stats::count(
+                &state.layout.cache,
+                if r.is_some() {
+                    "action_cache_hits"
+                } else {
+                    "action_cache_misses"
+                },
+            );
+            Ok(r.map(|mut r| {
+                inline_std(&state, &mut r, req.inline_stdout, req.inline_stderr);
+                r
+            }))
+        })
+        .await?;
+        match r {
+            Some(r) => Ok(Response::new(r)),
+            None => Err(Status::not_found(format!("no action result for {d}"))),
+        }
+    }
+
+    async fn update_action_result(
+        &self,
+        request: Request<pb::UpdateActionResultRequest>,
+    ) -> Result<Response<pb::ActionResult>, Status> {
+        let req = request.into_inner();
+        check_digest_function(req.digest_function)?;
+        let d = digest_arg(req.action_digest.as_ref(), "action_digest")?;
+        let Some(mut result) = req.action_result else {
+            return Err(Failure::InvalidArgument("action_result missing".into()).into());
+        };
+        // Inline bytes are not part of a stored result.
+        result.stdout_raw.clear();
+        result.stderr_raw.clear();
+        for f in &mut result.output_files {
+            f.contents.clear();
+        }
+        let state = self.state.clone();
+        let stored = blocking(move || {
+            if let Some(m) = crate::ac_store::first_missing_blob(&state.cache, &result) {
+                return Err(Failure::Missing {
+                    digests: vec![m],
+                    what: format!("named by the action result for {d}"),
+                });
+            }
+            state.ac.put(&d, &result)?;
+            stats::count(&state.layout.cache, "action_cache_updates");
+            Ok(result)
+        })
+        .await?;
+        Ok(Response::new(stored))
+    }
+}

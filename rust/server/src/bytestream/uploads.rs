@@ -1,0 +1,58 @@
+//! Upload sessions, so an interrupted ByteStream Write can resume: each session is keyed by
+//! its resource name (which holds the client's upload uuid) and keeps the engine `Upload`
+//! (a temp file in `<cache>/tmp/`) and how many bytes it holds. A Write at offset 0 starts
+//! over; one at the committed size continues; QueryWriteStatus reports the committed size.
+//! Sessions idle longer than `IDLE_LIMIT` are dropped (their temp file goes with them).
+
+use clonestage_engine::cas::Upload;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const IDLE_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+pub(crate) struct Session {
+    pub upload: Option<Upload>,
+    pub last_used: Instant,
+}
+
+impl Session {
+    pub fn committed(&self) -> u64 {
+        self.upload.as_ref().map_or(0, |u| u.written)
+    }
+}
+
+pub(crate) type SessionRef = Arc<tokio::sync::Mutex<Session>>;
+
+#[derive(Default)]
+pub(crate) struct Uploads {
+    map: Mutex<HashMap<String, SessionRef>>,
+}
+
+impl Uploads {
+    /// The session for `name`, created empty if new.
+    pub fn get_or_create(&self, name: &str) -> SessionRef {
+        let mut map = self.map.lock().unwrap();
+        let now = Instant::now();
+        map.retain(|_, s| {
+            s.try_lock()
+                .map_or(true, |s| now.duration_since(s.last_used) < IDLE_LIMIT)
+        });
+        map.entry(name.to_string())
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(Session {
+                    upload: None,
+                    last_used: now,
+                }))
+            })
+            .clone()
+    }
+
+    pub fn get(&self, name: &str) -> Option<SessionRef> {
+        self.map.lock().unwrap().get(name).cloned()
+    }
+
+    pub fn remove(&self, name: &str) {
+        self.map.lock().unwrap().remove(name);
+    }
+}

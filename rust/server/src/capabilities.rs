@@ -1,0 +1,62 @@
+//! Capabilities: what this server tells clients it does. SHA-256 only, execution enabled,
+//! action cache updates allowed, batch limits, symlinks with relative targets only (inputs with
+//! absolute or escaping targets are refused), and API versions 2.0 through 2.3, which covers
+//! Bazel 4.2.3 (2.0: `output_files`/`output_directories`) through 8.x (2.1+: `output_paths`).
+
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use bazel_remote_apis::build::bazel::semver::SemVer;
+use pb::capabilities_server::Capabilities;
+use tonic::{Request, Response, Status};
+
+/// Largest total of blob bytes in one BatchUpdateBlobs / BatchReadBlobs request. Clients send
+/// bigger blobs through ByteStream. gRPC's usual 4 MiB message limit bounds it.
+pub const MAX_BATCH_TOTAL_SIZE: i64 = 4 * 1024 * 1024 - 64 * 1024;
+
+/// Largest gRPC message the server accepts or sends (batch requests plus framing).
+pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+pub(crate) struct CapabilitiesService;
+
+fn version(major: i32, minor: i32) -> SemVer {
+    SemVer {
+        major,
+        minor,
+        patch: 0,
+        prerelease: String::new(),
+    }
+}
+
+pub(crate) fn server_capabilities() -> pb::ServerCapabilities {
+    let sha256 = pb::digest_function::Value::Sha256 as i32;
+    pb::ServerCapabilities {
+        cache_capabilities: Some(pb::CacheCapabilities {
+            digest_functions: vec![sha256],
+            action_cache_update_capabilities: Some(pb::ActionCacheUpdateCapabilities {
+                update_enabled: true,
+            }),
+            max_batch_total_size_bytes: MAX_BATCH_TOTAL_SIZE,
+            symlink_absolute_path_strategy: pb::symlink_absolute_path_strategy::Value::Disallowed
+                as i32,
+            ..Default::default()
+        }),
+        execution_capabilities: Some(pb::ExecutionCapabilities {
+            digest_function: sha256,
+            exec_enabled: true,
+            digest_functions: vec![sha256],
+            ..Default::default()
+        }),
+        deprecated_api_version: None,
+        low_api_version: Some(version(2, 0)),
+        high_api_version: Some(version(2, 3)),
+    }
+}
+
+#[tonic::async_trait]
+impl Capabilities for CapabilitiesService {
+    async fn get_capabilities(
+        &self,
+        _request: Request<pb::GetCapabilitiesRequest>,
+    ) -> Result<Response<pb::ServerCapabilities>, Status> {
+        Ok(Response::new(server_capabilities()))
+    }
+}

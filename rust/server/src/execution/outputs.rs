@@ -1,0 +1,294 @@
+//! Declared outputs: which paths a Command asks for, in the form its API version uses, and
+//! collecting them after the action into the CAS and the `ActionResult`.
+//!
+//! - v2.1+ clients (Bazel 7/8) send `output_paths`: each path is reported by what it turned out
+//!   to be, a file, a directory (as a `Tree`) or a symlink in `output_symlinks`.
+//! - v2.0 clients (Bazel 4.2.3) send `output_files` / `output_directories`: symlinks are
+//!   reported in `output_file_symlinks` / `output_directory_symlinks` by how they were
+//!   declared, and never also in `output_symlinks` (Bazel rejects a path reported twice).
+//!
+//! Files are moved into the CAS by rename (the work dir is on the cache's filesystem), never
+//! copied. A path whose parent chain contains a symlink is not followed: an action cannot make
+//! the server read or move files outside its work dir. Absent outputs are simply not reported.
+
+use crate::status::Failure;
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use clonestage_engine::tree::{self, IngestOptions};
+use clonestage_engine::{Cache, Digest, PutFile};
+use pb::command::OutputDirectoryFormat;
+use prost::Message;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Declared {
+    /// From `output_paths`: whatever it turns out to be.
+    Any,
+    File,
+    Directory,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OutputSpec {
+    /// Paths relative to the working directory ("" only for a legacy whole-directory output).
+    pub paths: Vec<(String, Declared)>,
+    pub dir_format: i32,
+}
+
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}/{b}"),
+    }
+}
+
+fn normalize(p: &str, field: &str) -> Result<String, Failure> {
+    tree::check_output_path(p)
+        .map(|parts| parts.join("/"))
+        .map_err(|e| Failure::InvalidArgument(format!("Command.{field}: {e}")))
+}
+
+impl OutputSpec {
+    #[allow(deprecated)]
+    pub fn from_command(c: &pb::Command) -> Result<OutputSpec, Failure> {
+        let mut paths = Vec::new();
+        if !c.output_paths.is_empty() {
+            for p in &c.output_paths {
+                paths.push((normalize(p, "output_paths")?, Declared::Any));
+            }
+        } else {
+            for p in &c.output_files {
+                paths.push((normalize(p, "output_files")?, Declared::File));
+            }
+            for p in &c.output_directories {
+                let p = if p.is_empty() {
+                    String::new()
+                } else {
+                    normalize(p, "output_directories")?
+                };
+                paths.push((p, Declared::Directory));
+            }
+        }
+        Ok(OutputSpec {
+            paths,
+            dir_format: c.output_directory_format,
+        })
+    }
+
+    /// Output paths relative to the input root, for the stager (whose parents it makes writable).
+    pub fn stage_paths(&self, wd: &str) -> Vec<String> {
+        self.paths
+            .iter()
+            .map(|(p, _)| join(wd, p))
+            .filter(|p| !p.is_empty())
+            .collect()
+    }
+
+    /// Outputs that already exist as directories in the staged root (an input tree that holds
+    /// an empty output directory) become writable, so the action can fill them. Directories are
+    /// never shared inodes, so this chmod touches nothing in the cache.
+    pub fn open_existing_dirs(&self, root: &Path, wd: &str) -> Result<(), Failure> {
+        for (p, decl) in &self.paths {
+            if *decl == Declared::File || p.is_empty() {
+                continue;
+            }
+            if let Some(path) = resolve(root, &join(wd, p))? {
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                    chmod(&path, 0o755)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Move every output that exists into the CAS and describe it in `r`.
+    #[allow(deprecated)]
+    pub fn collect(
+        &self,
+        cache: &Cache,
+        root: &Path,
+        wd: &str,
+        r: &mut pb::ActionResult,
+    ) -> Result<(), Failure> {
+        for (p, decl) in &self.paths {
+            let Some(path) = resolve(root, &join(wd, p))? else {
+                continue;
+            };
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io("lstat", &path, e)),
+            };
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).map_err(|e| io("readlink", &path, e))?;
+                let target = target.into_os_string().into_string().map_err(|t| {
+                    Failure::Internal(format!("output symlink '{p}' has a non-UTF-8 target {t:?}"))
+                })?;
+                let s = pb::OutputSymlink {
+                    path: p.clone(),
+                    target,
+                    node_properties: None,
+                };
+                match decl {
+                    Declared::Any => r.output_symlinks.push(s),
+                    Declared::File => r.output_file_symlinks.push(s),
+                    Declared::Directory => r.output_directory_symlinks.push(s),
+                }
+            } else if meta.is_file() {
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                let d = cache
+                    .put_file(&path, PutFile::Move, None)
+                    .map_err(Failure::from)?;
+                r.output_files.push(pb::OutputFile {
+                    path: p.clone(),
+                    digest: Some(d.to_proto()),
+                    is_executable: exec,
+                    ..Default::default()
+                });
+            } else if meta.is_dir() {
+                make_dirs_writable(&path)?;
+                let root_digest = tree::ingest_path(
+                    cache,
+                    &path,
+                    IngestOptions {
+                        move_files: true,
+                        ..Default::default()
+                    },
+                )
+                .map_err(Failure::from)?;
+                r.output_directories
+                    .push(self.output_directory(cache, p, root_digest)?);
+            } else {
+                tracing::warn!(path = %path.display(), "output is neither file, directory nor symlink; not reported");
+            }
+        }
+        Ok(())
+    }
+
+    fn output_directory(
+        &self,
+        cache: &Cache,
+        p: &str,
+        root: Digest,
+    ) -> Result<pb::OutputDirectory, Failure> {
+        let want_tree = self.dir_format != OutputDirectoryFormat::DirectoryOnly as i32;
+        let want_root = self.dir_format != OutputDirectoryFormat::TreeOnly as i32;
+        let tree_digest = if want_tree {
+            let mut dirs = tree::get_tree(cache, &root)
+                .map_err(Failure::from)?
+                .into_iter();
+            let t = pb::Tree {
+                root: dirs.next(),
+                children: dirs.collect(),
+            };
+            Some(
+                cache
+                    .put_bytes(&t.encode_to_vec(), None)
+                    .map_err(Failure::from)?
+                    .to_proto(),
+            )
+        } else {
+            None
+        };
+        Ok(pb::OutputDirectory {
+            path: p.to_string(),
+            tree_digest,
+            is_topologically_sorted: false,
+            root_directory_digest: want_root.then(|| root.to_proto()),
+        })
+    }
+}
+
+fn io(op: &str, p: &Path, e: std::io::Error) -> Failure {
+    Failure::Internal(format!("{op} {}: {e}", p.display()))
+}
+
+fn chmod(p: &Path, mode: u32) -> Result<(), Failure> {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| io("chmod", p, e))
+}
+
+/// `root/rel`, or None if a parent on the way is missing or not a real directory (a symlink an
+/// action made must not lead the server outside the work dir).
+fn resolve(root: &Path, rel: &str) -> Result<Option<PathBuf>, Failure> {
+    let mut path = root.to_path_buf();
+    let parts: Vec<&str> = if rel.is_empty() {
+        vec![]
+    } else {
+        rel.split('/').collect()
+    };
+    for (i, c) in parts.iter().enumerate() {
+        path.push(c);
+        if i + 1 == parts.len() {
+            break;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("lstat", &path, e)),
+        }
+    }
+    Ok(Some(path))
+}
+
+/// Output trees copied from inputs keep 0o555 directories; renaming files out of them needs
+/// write permission (for a non-root server).
+fn make_dirs_writable(dir: &Path) -> Result<(), Failure> {
+    let m = std::fs::symlink_metadata(dir).map_err(|e| io("lstat", dir, e))?;
+    if m.permissions().mode() & 0o700 != 0o700 {
+        chmod(dir, 0o755)?;
+    }
+    for e in std::fs::read_dir(dir).map_err(|e| io("readdir", dir, e))? {
+        let e = e.map_err(|e| io("readdir", dir, e))?;
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            make_dirs_writable(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(deprecated)]
+    fn spec_by_api_version() {
+        let c = pb::Command {
+            output_paths: vec!["out/a".into()],
+            output_files: vec!["ignored".into()],
+            ..Default::default()
+        };
+        let s = OutputSpec::from_command(&c).unwrap();
+        assert_eq!(s.paths, vec![("out/a".to_string(), Declared::Any)]);
+        assert_eq!(s.stage_paths("wd"), vec!["wd/out/a".to_string()]);
+        let c = pb::Command {
+            output_files: vec!["f".into()],
+            output_directories: vec!["d".into(), "".into()],
+            ..Default::default()
+        };
+        let s = OutputSpec::from_command(&c).unwrap();
+        assert_eq!(s.paths.len(), 3);
+        assert_eq!(s.stage_paths(""), vec!["f".to_string(), "d".to_string()]);
+        let bad = pb::Command {
+            output_paths: vec!["../x".into()],
+            ..Default::default()
+        };
+        assert!(OutputSpec::from_command(&bad).is_err());
+    }
+
+    #[test]
+    fn resolve_refuses_symlinked_parents() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("/etc", d.path().join("link")).unwrap();
+        assert_eq!(
+            resolve(d.path(), "real/x").unwrap(),
+            Some(d.path().join("real/x"))
+        );
+        assert_eq!(resolve(d.path(), "link/passwd").unwrap(), None);
+        assert_eq!(resolve(d.path(), "missing/x").unwrap(), None);
+    }
+}

@@ -1,0 +1,145 @@
+//! One action, start to end, on a blocking thread: make a work dir, stage the input root with
+//! the engine (outputs' parents writable), run the command through the spawn wrapper, check
+//! that no hardlinked input was written through, move outputs, stdout and stderr into the CAS,
+//! and describe it all in an `ActionResult` with its timestamps and staging figures. The work
+//! dir is removed on every path out (`WorkDir` drop), the input root unpinned with it; after a
+//! successful run that happens in `Leftovers`, which the caller drops after responding.
+
+use super::action::Prepared;
+use super::metadata::{self, now, StagingFigures, Timeline};
+use super::operations::ActionControl;
+use super::spawn::{self, SpawnRequest, SpawnStats};
+use super::workdir::WorkDir;
+use crate::state::State;
+use crate::status::Failure;
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use clonestage_engine::tree::SymlinkPolicy;
+use clonestage_engine::{Digest, MethodPreference, PutFile, StageRequest};
+use std::path::Path;
+
+/// An action that ran (whatever its exit code).
+pub(crate) struct Executed {
+    pub result: pb::ActionResult,
+    pub stats: SpawnStats,
+    /// Hardlinked inputs the action wrote through (now quarantined).
+    pub tampered: usize,
+    pub stage_us: u64,
+    /// The work dir and the pinned staged root, to drop off the response's critical path.
+    pub leftovers: Leftovers,
+}
+
+/// What is left to clean after an action: dropping it removes the work dir and unpins the
+/// input root.
+pub(crate) struct Leftovers {
+    pub staged: clonestage_engine::StagedRoot,
+    _work: WorkDir,
+}
+
+fn std_stream(state: &State, p: &Path) -> Result<Digest, Failure> {
+    match std::fs::symlink_metadata(p) {
+        Ok(_) => state
+            .cache
+            .put_file(p, PutFile::Move, None)
+            .map_err(Failure::from),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Digest::EMPTY),
+        Err(e) => Err(Failure::Internal(format!("lstat {}: {e}", p.display()))),
+    }
+}
+
+pub(crate) fn run(
+    state: &State,
+    p: &Prepared,
+    control: &ActionControl,
+    mut t: Timeline,
+) -> Result<Executed, Failure> {
+    t.worker_start = now();
+    let work = WorkDir::create(&state.layout.work_dir())?;
+    let root = work.root();
+    t.fetch_start = now();
+    let staged = state
+        .stager
+        .stage(&StageRequest {
+            root: p.input_root,
+            dest: root.clone(),
+            outputs: p.outputs.stage_paths(&p.working_dir),
+            method: MethodPreference::Auto,
+            symlinks: SymlinkPolicy::default(),
+            fail_after_files: None,
+            // Access log and counters are written after the response (see execution/mod.rs).
+            defer_bookkeeping: true,
+        })
+        .map_err(Failure::from)?;
+    t.fetch_done = now();
+    let cwd = root.join(&p.working_dir);
+    if !std::fs::metadata(&cwd).is_ok_and(|m| m.is_dir()) {
+        return Err(Failure::InvalidArgument(format!(
+            "Command.working_directory '{}' is not a directory of the input root",
+            p.working_dir
+        )));
+    }
+    p.outputs.open_existing_dirs(&root, &p.working_dir)?;
+
+    let (stdout, stderr) = (work.file("stdout"), work.file("stderr"));
+    let env: Vec<(&str, &str)> = p
+        .command
+        .environment_variables
+        .iter()
+        .map(|v| (v.name.as_str(), v.value.as_str()))
+        .collect();
+    t.exec_start = now();
+    let ran = spawn::run(
+        &SpawnRequest {
+            wrapper: &state.spawn,
+            work_dir: &work.path,
+            cwd: &cwd,
+            args: &p.command.arguments,
+            env,
+            timeout: p.timeout,
+            stdout: &stdout,
+            stderr: &stderr,
+            stats: &work.file("stats.json"),
+            wrapper_log: &work.file("wrapper.log"),
+        },
+        control,
+    );
+    t.exec_done = now();
+    let tampered = staged.check_inputs().len();
+    let stats = ran?;
+    if control.is_cancelled() {
+        return Err(Failure::Unavailable(format!(
+            "action {} was cancelled (server shutting down or client gone)",
+            p.digest
+        )));
+    }
+
+    t.upload_start = now();
+    let mut r = pb::ActionResult {
+        exit_code: stats.exit_code,
+        ..Default::default()
+    };
+    p.outputs
+        .collect(&state.cache, &root, &p.working_dir, &mut r)?;
+    r.stdout_digest = Some(std_stream(state, &stdout)?.to_proto());
+    r.stderr_digest = Some(std_stream(state, &stderr)?.to_proto());
+    t.upload_done = now();
+    let aux = metadata::staging_any(&StagingFigures {
+        counters: &staged.counters,
+        staging_us: staged.micros,
+        hardlinked_inodes: staged.hardlinked_inodes(),
+        tampered_inputs: tampered,
+        command: Some(&stats),
+    });
+    let stage_us = staged.micros;
+    t.worker_done = now();
+    r.execution_metadata = Some(metadata::executed_metadata(&state.worker, &t, vec![aux]));
+    Ok(Executed {
+        result: r,
+        stats,
+        tampered,
+        stage_us,
+        leftovers: Leftovers {
+            staged,
+            _work: work,
+        },
+    })
+}

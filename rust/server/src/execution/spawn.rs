@@ -1,0 +1,200 @@
+//! Running a command through `clonestage-spawn` (cc/), Bazel's process-wrapper contract:
+//! `clonestage-spawn --cwd DIR --timeout SECS --kill_delay 5 --stdout F --stderr F --stats F
+//! -- argv...`, exit code = the command's, 128+signal, 124 on timeout, 125 wrapper failure,
+//! 126/127 exec failures, and a stats JSON file
+//! `{"exit_code","signal","timed_out","wall_us","user_us","sys_us","max_rss_kb"}`.
+//!
+//! The wrapper gets exactly the Command's environment, runs in its own process group (a
+//! Ctrl-C at the server's terminal reaches the server, which decides whether to drain or
+//! cancel), and on Linux dies with the server thread that started it (PR_SET_PDEATHSIG), so a
+//! killed server leaves no action running.
+
+use super::operations::ActionControl;
+use crate::status::Failure;
+use anyhow::{bail, Result};
+use serde::Deserialize;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub const WRAPPER_NAME: &str = "clonestage-spawn";
+/// Seconds between SIGTERM and SIGKILL on timeout or cancel (Bazel's default).
+pub const KILL_DELAY_SECS: u32 = 5;
+
+/// Find the wrapper: the explicit option, `$CLONESTAGE_SPAWN`, beside the current executable,
+/// then `$PATH`.
+pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
+    let mut tried = Vec::new();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else if let Some(p) = std::env::var_os("CLONESTAGE_SPAWN").filter(|p| !p.is_empty()) {
+        candidates.push(p.into());
+    } else {
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
+            candidates.push(dir.join(WRAPPER_NAME));
+        }
+        for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+            candidates.push(dir.join(WRAPPER_NAME));
+        }
+    }
+    for c in candidates {
+        if is_executable(&c) {
+            return Ok(std::path::absolute(&c).unwrap_or(c));
+        }
+        tried.push(c.display().to_string());
+    }
+    bail!(
+        "cannot find the spawn wrapper {WRAPPER_NAME} (tried: {}); build it (`bazel build //cc:clonestage-spawn`) and pass --spawn or set CLONESTAGE_SPAWN",
+        tried.join(", ")
+    )
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The wrapper's `--stats` file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct SpawnStats {
+    pub exit_code: i32,
+    pub signal: i32,
+    pub timed_out: bool,
+    pub wall_us: u64,
+    pub user_us: u64,
+    pub sys_us: u64,
+    pub max_rss_kb: u64,
+}
+
+pub(crate) struct SpawnRequest<'a> {
+    pub wrapper: &'a Path,
+    /// The wrapper's own working directory (the action's work dir, outside the root).
+    pub work_dir: &'a Path,
+    pub cwd: &'a Path,
+    pub args: &'a [String],
+    pub env: Vec<(&'a str, &'a str)>,
+    pub timeout: Option<Duration>,
+    pub stdout: &'a Path,
+    pub stderr: &'a Path,
+    pub stats: &'a Path,
+    /// Where the wrapper's own messages go (read when it fails).
+    pub wrapper_log: &'a Path,
+}
+
+fn io(what: &str, p: &Path, e: std::io::Error) -> Failure {
+    Failure::Internal(format!("{what} {}: {e}", p.display()))
+}
+
+/// Run the command; returns the wrapper's stats. Blocks until the command has ended.
+pub(crate) fn run(req: &SpawnRequest, control: &ActionControl) -> Result<SpawnStats, Failure> {
+    if control.is_cancelled() {
+        return Err(Failure::Unavailable(
+            "the server is shutting down; action not started".into(),
+        ));
+    }
+    let timeout = req.timeout.map_or(0.0, |t| t.as_secs_f64());
+    let log =
+        std::fs::File::create(req.wrapper_log).map_err(|e| io("create", req.wrapper_log, e))?;
+    let mut cmd = Command::new(req.wrapper);
+    cmd.arg("--cwd")
+        .arg(req.cwd)
+        .arg("--timeout")
+        .arg(format!("{timeout}"))
+        .arg("--kill_delay")
+        .arg(KILL_DELAY_SECS.to_string())
+        .arg("--stdout")
+        .arg(req.stdout)
+        .arg("--stderr")
+        .arg(req.stderr)
+        .arg("--stats")
+        .arg(req.stats)
+        .arg("--")
+        .args(req.args)
+        .env_clear()
+        .envs(req.env.iter().copied())
+        .current_dir(req.work_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0);
+    #[cfg(target_os = "linux")]
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| io("cannot start the spawn wrapper", req.wrapper, e))?;
+    let pid = child.id() as i32;
+    control.set_pid(Some(pid));
+    wait_exited(pid);
+    control.set_pid(None);
+    let status = child.wait().map_err(|e| io("wait for", req.wrapper, e))?;
+    match std::fs::read(req.stats) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            Failure::Internal(format!(
+                "{}: not the wrapper's stats JSON: {e}",
+                req.stats.display()
+            ))
+        }),
+        Err(e) => {
+            let msg = std::fs::read_to_string(req.wrapper_log).unwrap_or_default();
+            Err(Failure::Internal(format!(
+                "the spawn wrapper {} ended ({status}) without its stats file ({e}): {}",
+                req.wrapper.display(),
+                msg.trim()
+            )))
+        }
+    }
+}
+
+/// Wait until `pid` has exited without reaping it (so its pid stays ours until `wait`).
+fn wait_exited(pid: i32) {
+    loop {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_json_parses() {
+        let s: SpawnStats = serde_json::from_str(
+            r#"{"exit_code": 124, "signal": 15, "timed_out": true, "wall_us": 10, "user_us": 1, "sys_us": 2, "max_rss_kb": 3}"#,
+        )
+        .unwrap();
+        assert!(s.timed_out);
+        assert_eq!(s.exit_code, 124);
+    }
+
+    #[test]
+    fn explicit_wrapper_must_exist() {
+        assert!(locate(Some(Path::new("/nonexistent/clonestage-spawn"))).is_err());
+        assert_eq!(
+            locate(Some(Path::new("/bin/sh"))).unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+    }
+}

@@ -1,0 +1,58 @@
+//! Where the server keeps its files inside a cache directory. One place, so `serve`,
+//! `address` and the tests agree:
+//!
+//! ```text
+//! <cache>/server/            0700: only the owner may reach the socket or read the token
+//! <cache>/server/lock        flock'ed by the running server; holds its pid
+//! <cache>/server/clonestage.sock   the unix socket (0600)
+//! <cache>/server/token       the TCP token, 64 hex digits (0600)
+//! <cache>/server/tcp-port    the loopback port, written once the server is ready
+//! <cache>/work/<id>/         one action's work dir: root/ (the staged input root), stdout,
+//!                            stderr, stats.json; removed after the action, swept at start
+//! <cache>/ac/<hh>/<hash>-<size>    ActionResult messages keyed by action digest
+//! ```
+//!
+//! The work dirs sit inside the cache so outputs move into the CAS by rename.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub cache: PathBuf,
+}
+
+impl Layout {
+    pub fn new(cache: &Path) -> Layout {
+        Layout {
+            cache: cache.to_path_buf(),
+        }
+    }
+
+    pub fn server_dir(&self) -> PathBuf {
+        self.cache.join("server")
+    }
+
+    pub fn lock(&self) -> PathBuf {
+        self.server_dir().join("lock")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.server_dir().join("clonestage.sock")
+    }
+
+    pub fn token(&self) -> PathBuf {
+        self.server_dir().join("token")
+    }
+
+    pub fn tcp_port(&self) -> PathBuf {
+        self.server_dir().join("tcp-port")
+    }
+
+    pub fn work_dir(&self) -> PathBuf {
+        self.cache.join("work")
+    }
+
+    pub fn ac_dir(&self) -> PathBuf {
+        self.cache.join("ac")
+    }
+}

@@ -1,0 +1,57 @@
+//! clonestage's local REAPI v2 endpoint (`clonestage serve`): Capabilities, CAS, ByteStream,
+//! ActionCache and Execution over the engine's cache, on a unix socket and a token-guarded
+//! loopback TCP port, running each action in a root staged by the engine through the
+//! `clonestage-spawn` wrapper. Issue 3 is the spec.
+//!
+//! Layout: `server` (start/stop, signals), `listen`, `auth`, `lock`, `layout` (files in the
+//! cache), `address` (`clonestage address`), one module per service (`capabilities`,
+//! `cas_service`, `bytestream`, `action_cache` over `ac_store`, `execution`), `status` (how
+//! failures reach clients), `stats` (server counters in stats.json).
+
+mod ac_store;
+mod action_cache;
+mod address;
+mod auth;
+mod bytestream;
+mod capabilities;
+mod cas_service;
+mod execution;
+mod layout;
+mod listen;
+mod lock;
+mod server;
+mod state;
+mod stats;
+mod status;
+
+pub use auth::TOKEN_HEADER;
+pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
+pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
+pub use server::{start, ServerHandle, DRAIN_GRACE};
+pub use stats::{stage_percentiles, STAGE_BUCKETS_US};
+pub use status::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
+
+use std::path::{Path, PathBuf};
+
+/// Options of `clonestage serve`.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub cache_dir: PathBuf,
+    /// Loopback TCP port; None picks a free one.
+    pub port: Option<u16>,
+    /// Actions run in parallel (default: number of cores).
+    pub jobs: usize,
+    /// The `clonestage-spawn` wrapper; None: `$CLONESTAGE_SPAWN`, then beside the clonestage
+    /// binary, then on PATH.
+    pub spawn: Option<PathBuf>,
+}
+
+/// Run the server until SIGTERM/SIGINT (then drain running actions; a second signal cancels).
+pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    server::serve_blocking(opts)
+}
+
+/// The Bazel flags that reach the running server for this cache, one per element.
+pub fn address(cache_dir: &Path, tcp: bool) -> anyhow::Result<Vec<String>> {
+    address::address(cache_dir, tcp)
+}

@@ -1,0 +1,50 @@
+//! The two listeners. The unix socket `<cache>/server/clonestage.sock` (0600, in the 0700
+//! server directory) is what Bazel 7/8 use; the loopback TCP port is for Bazel 4.2.3, whose
+//! netty cannot do unix sockets, and is guarded by the token (`auth`). Accepted TCP
+//! connections get TCP_NODELAY: without it a peer's small writes wait ~40 ms for delayed ACKs.
+
+use anyhow::{bail, Context, Result};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// Longest unix socket path (sun_path is 108 bytes with the NUL on Linux, 104 on macOS).
+const MAX_SOCKET_PATH: usize = if cfg!(target_os = "macos") { 103 } else { 107 };
+
+/// Create (or tighten) the server directory: 0700.
+pub(crate) fn server_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("chmod 0700 {}", dir.display()))
+}
+
+/// Bind the unix socket, replacing a stale one (the caller holds the server lock, so no live
+/// server owns it).
+pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        bail!(
+            "unix socket path {} is {len} bytes, more than the {MAX_SOCKET_PATH} the OS allows; use a shorter --cache",
+            path.display()
+        );
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("remove stale socket {}", path.display()))
+        }
+        _ => {}
+    }
+    let l = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("bind {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod 0600 {}", path.display()))?;
+    l.set_nonblocking(true).context("set_nonblocking")?;
+    tokio::net::UnixListener::from_std(l).context("register unix listener")
+}
+
+/// Bind 127.0.0.1:`port` (0: any free port).
+pub(crate) fn bind_tcp(port: u16) -> Result<tokio::net::TcpListener> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", port))
+        .with_context(|| format!("bind 127.0.0.1:{port}"))?;
+    l.set_nonblocking(true).context("set_nonblocking")?;
+    tokio::net::TcpListener::from_std(l).context("register tcp listener")
+}

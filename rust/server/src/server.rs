@@ -1,0 +1,284 @@
+//! Starting and stopping the server. `start` opens the cache, takes the server lock, sweeps
+//! what an earlier server left (work dirs, dead writers' temp files), writes a fresh token,
+//! binds both listeners and serves every service on them (the TCP one behind the token
+//! check), and writes `tcp-port` last, as the sign that the server is ready.
+//!
+//! Shutdown (`ServerHandle::shutdown`): stop accepting connections and new Executes, let
+//! running actions finish for `grace`, then cancel the rest (their wrappers get SIGTERM, then
+//! SIGKILL after the kill delay); every work dir is removed as its action ends, results of
+//! cancelled actions are not recorded, so the cache stays consistent. The socket and
+//! `tcp-port` are removed and the lock released last.
+
+use crate::ac_store::AcStore;
+use crate::action_cache::ActionCacheService;
+use crate::auth::{self, TokenCheck};
+use crate::bytestream::ByteStreamService;
+use crate::capabilities::{CapabilitiesService, MAX_MESSAGE_SIZE};
+use crate::cas_service::CasService;
+use crate::execution::{spawn, workdir, ExecutionService};
+use crate::layout::Layout;
+use crate::listen;
+use crate::lock::ServerLock;
+use crate::state::State;
+use crate::ServeOptions;
+use anyhow::{Context, Result};
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use bazel_remote_apis::google::bytestream::byte_stream_server::ByteStreamServer;
+use clonestage_engine::Cache;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::{InterceptorLayer, Routes};
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+
+/// How long SIGTERM lets running actions finish before cancelling them.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// A running server. Dropping it without `shutdown` leaves the listeners running until the
+/// runtime ends.
+pub struct ServerHandle {
+    state: Arc<State>,
+    layout: Layout,
+    tcp_port: u16,
+    token: String,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
+    lock: ServerLock,
+}
+
+fn routes(state: &Arc<State>) -> Routes {
+    macro_rules! svc {
+        ($server:ty, $inner:expr) => {
+            <$server>::new($inner)
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        };
+    }
+    let mut b = Routes::builder();
+    b.add_service(svc!(
+        pb::capabilities_server::CapabilitiesServer<_>,
+        CapabilitiesService
+    ))
+    .add_service(svc!(
+        pb::content_addressable_storage_server::ContentAddressableStorageServer<_>,
+        CasService {
+            state: state.clone()
+        }
+    ))
+    .add_service(svc!(
+        ByteStreamServer<_>,
+        ByteStreamService {
+            state: state.clone()
+        }
+    ))
+    .add_service(svc!(
+        pb::action_cache_server::ActionCacheServer<_>,
+        ActionCacheService {
+            state: state.clone()
+        }
+    ))
+    .add_service(svc!(
+        pb::execution_server::ExecutionServer<_>,
+        ExecutionService {
+            state: state.clone()
+        }
+    ));
+    b.routes()
+}
+
+fn builder() -> Server {
+    Server::builder()
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("rename {} to {}", tmp.display(), path.display()))
+}
+
+/// Start serving `opts.cache_dir`; returns once both listeners accept requests.
+pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
+    let cache = Arc::new(
+        Cache::open(&opts.cache_dir)
+            .with_context(|| format!("open cache {}", opts.cache_dir.display()))?,
+    );
+    let layout = Layout::new(cache.root());
+    listen::server_dir(&layout.server_dir())?;
+    let lock = ServerLock::acquire(&layout.lock())?;
+    let _ = std::fs::remove_file(layout.tcp_port());
+    let spawn = spawn::locate(opts.spawn.as_deref())?;
+
+    std::fs::create_dir_all(layout.work_dir())
+        .with_context(|| format!("mkdir {}", layout.work_dir().display()))?;
+    let swept = workdir::sweep(&layout.work_dir());
+    let tmp = clonestage_engine::cas::sweep_dead_tmp(&cache);
+    if swept + tmp > 0 {
+        tracing::info!(
+            work_dirs = swept,
+            temp_files = tmp,
+            "swept leftovers of an earlier server"
+        );
+    }
+    let ac = AcStore::new(&layout.ac_dir())
+        .with_context(|| format!("mkdir {}", layout.ac_dir().display()))?;
+    let token = auth::create_token(&layout.token())?;
+    let unix = listen::bind_unix(&layout.socket())?;
+    let tcp = listen::bind_tcp(opts.port.unwrap_or(0))?;
+    let tcp_port = tcp.local_addr().context("local_addr")?.port();
+
+    let id = auth::random_hex(4)?;
+    let state = Arc::new(State::new(
+        cache,
+        layout.clone(),
+        ac,
+        spawn.clone(),
+        opts.jobs,
+        id,
+    ));
+    let routes = routes(&state);
+    let (stop, stop_rx) = watch::channel(false);
+    let unix_server = builder()
+        .add_routes(routes.clone())
+        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), stopped(stop_rx.clone()));
+    let tcp_server = builder()
+        .layer(InterceptorLayer::new(TokenCheck::new(&token)))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(tcp).with_nodelay(Some(true)),
+            stopped(stop_rx),
+        );
+    let tasks = vec![tokio::spawn(unix_server), tokio::spawn(tcp_server)];
+
+    write_atomically(&layout.tcp_port(), &format!("{tcp_port}\n"))?;
+    tracing::info!(
+        cache = %layout.cache.display(),
+        socket = %layout.socket().display(),
+        tcp_port,
+        jobs = opts.jobs,
+        spawn = %spawn.display(),
+        "clonestage server ready"
+    );
+    Ok(ServerHandle {
+        state,
+        layout,
+        tcp_port,
+        token,
+        stop,
+        tasks,
+        lock,
+    })
+}
+
+impl ServerHandle {
+    pub fn tcp_port(&self) -> u16 {
+        self.tcp_port
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.layout.socket()
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Actions accepted and not finished yet.
+    pub fn running_actions(&self) -> usize {
+        self.state.busy()
+    }
+
+    /// Stop as described in the module doc. `force` resolving (e.g. a second SIGINT) cancels
+    /// running actions at once.
+    pub async fn shutdown(self, grace: Duration, force: impl Future<Output = ()>) -> Result<()> {
+        let state = self.state.clone();
+        state.start_draining();
+        let _ = self.stop.send(true);
+        tracing::info!(
+            running = state.ops.unfinished(),
+            "shutting down: no new connections or actions"
+        );
+        let drained = async {
+            let deadline = Instant::now() + grace;
+            while state.busy() > 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = force => tracing::info!("second signal: cancelling running actions"),
+        }
+        if state.ops.unfinished() > 0 {
+            tracing::warn!(
+                running = state.ops.unfinished(),
+                "cancelling actions still running"
+            );
+            state.ops.cancel_all("the server is shutting down");
+            let deadline = Instant::now() + Duration::from_secs(spawn::KILL_DELAY_SECS as u64 + 5);
+            while state.busy() > 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        for t in self.tasks {
+            match tokio::time::timeout(Duration::from_secs(5), t).await {
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "listener ended with an error"),
+                Err(_) => tracing::warn!("a connection did not close in time; leaving it"),
+                _ => {}
+            }
+        }
+        let _ = std::fs::remove_file(self.layout.tcp_port());
+        let _ = std::fs::remove_file(self.layout.socket());
+        drop(self.lock);
+        tracing::info!("clonestage server stopped");
+        Ok(())
+    }
+}
+
+/// SIGTERM and SIGINT, installed before the server starts so neither kills it outright.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("install SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("install SIGINT handler")?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// `clonestage serve`: run until SIGTERM/SIGINT, then drain (a second signal cancels).
+pub fn serve_blocking(opts: ServeOptions) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("clonestage-serve")
+        .build()
+        .context("start the async runtime")?;
+    rt.block_on(async {
+        let mut signals = Signals::install()?;
+        let handle = start(opts).await?;
+        signals.next().await;
+        handle.shutdown(DRAIN_GRACE, signals.next()).await
+    })
+}

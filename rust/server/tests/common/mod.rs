@@ -1,0 +1,357 @@
+//! Test harness: a server on a temp cache (in-process), REAPI clients over its unix socket and
+//! its TCP port, helpers to upload trees and actions, and the spawn wrapper (`$CLONESTAGE_SPAWN`
+//! or built once from ../cc with g++).
+#![allow(dead_code)]
+
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use bazel_remote_apis::google::bytestream::byte_stream_client::ByteStreamClient;
+use bazel_remote_apis::google::longrunning::{operation, Operation};
+use clonestage_engine::Digest;
+use clonestage_server::{ServeOptions, ServerHandle};
+use hyper_util::rt::TokioIo;
+use pb::action_cache_client::ActionCacheClient;
+use pb::capabilities_client::CapabilitiesClient;
+use pb::content_addressable_storage_client::ContentAddressableStorageClient;
+use pb::execution_client::ExecutionClient;
+use prost::Message;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+/// The wrapper binary: `$CLONESTAGE_SPAWN`, else built from the C++ sources in cc/.
+pub fn spawn_wrapper() -> PathBuf {
+    static W: OnceLock<PathBuf> = OnceLock::new();
+    W.get_or_init(|| {
+        if let Some(p) = std::env::var_os("CLONESTAGE_SPAWN").filter(|p| !p.is_empty()) {
+            return PathBuf::from(p);
+        }
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .canonicalize()
+            .unwrap();
+        let cc = repo.join("cc");
+        let mut srcs: Vec<PathBuf> = std::fs::read_dir(&cc)
+            .expect("cc/ sources")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cc"))
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                if cfg!(target_os = "macos") {
+                    !n.ends_with("-linux.cc")
+                } else {
+                    !n.ends_with("-darwin.cc")
+                }
+            })
+            .collect();
+        srcs.sort();
+        let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clonestage-spawn");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let out = out_dir.join("clonestage-spawn");
+        let newest_src = srcs
+            .iter()
+            .chain(
+                std::fs::read_dir(&cc)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path())
+                    .collect::<Vec<_>>()
+                    .iter(),
+            )
+            .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+            .max()
+            .unwrap();
+        if std::fs::metadata(&out)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= newest_src)
+        {
+            return out;
+        }
+        let tmp = out_dir.join(format!("clonestage-spawn.{}", std::process::id()));
+        let st = std::process::Command::new(std::env::var("CXX").unwrap_or_else(|_| "g++".into()))
+            .args(["-std=c++17", "-O2", "-I"])
+            .arg(&repo)
+            .arg("-o")
+            .arg(&tmp)
+            .args(&srcs)
+            .status()
+            .expect("run g++ to build clonestage-spawn (or set CLONESTAGE_SPAWN)");
+        assert!(
+            st.success(),
+            "building clonestage-spawn from {} failed",
+            cc.display()
+        );
+        std::fs::rename(&tmp, &out).unwrap();
+        out
+    })
+    .clone()
+}
+
+pub struct TestServer {
+    pub dir: tempfile::TempDir,
+    pub handle: Option<ServerHandle>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with_jobs(2).await
+    }
+
+    pub async fn start_with_jobs(jobs: usize) -> TestServer {
+        let dir = tempfile::Builder::new()
+            .prefix("cs-srv")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let handle = clonestage_server::start(Self::opts(dir.path(), jobs))
+            .await
+            .expect("server starts");
+        TestServer {
+            dir,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn opts(dir: &Path, jobs: usize) -> ServeOptions {
+        ServeOptions {
+            cache_dir: dir.join("cache"),
+            port: None,
+            jobs,
+            spawn: Some(spawn_wrapper()),
+        }
+    }
+
+    pub fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    pub fn handle(&self) -> &ServerHandle {
+        self.handle.as_ref().unwrap()
+    }
+
+    /// Wait until no action or cleanup is running (work dirs removed, counters written).
+    pub async fn idle(&self) {
+        let t0 = std::time::Instant::now();
+        while self.handle().running_actions() > 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "server never became idle"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown(Duration::from_secs(10), std::future::pending())
+                .await
+                .unwrap();
+        }
+    }
+
+    pub async fn unix_channel(&self) -> Channel {
+        let path = self.handle().socket();
+        Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .expect("connect over the unix socket")
+    }
+
+    pub async fn tcp_channel(&self) -> Channel {
+        Endpoint::from_shared(format!("http://127.0.0.1:{}", self.handle().tcp_port()))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect over TCP")
+    }
+
+    pub async fn clients(&self) -> Clients {
+        Clients::new(self.unix_channel().await)
+    }
+}
+
+pub struct Clients {
+    pub cas: ContentAddressableStorageClient<Channel>,
+    pub bs: ByteStreamClient<Channel>,
+    pub ac: ActionCacheClient<Channel>,
+    pub exec: ExecutionClient<Channel>,
+    pub caps: CapabilitiesClient<Channel>,
+}
+
+impl Clients {
+    pub fn new(ch: Channel) -> Clients {
+        Clients {
+            cas: ContentAddressableStorageClient::new(ch.clone()),
+            bs: ByteStreamClient::new(ch.clone()),
+            ac: ActionCacheClient::new(ch.clone()),
+            exec: ExecutionClient::new(ch.clone()),
+            caps: CapabilitiesClient::new(ch),
+        }
+    }
+
+    /// Upload blobs with BatchUpdateBlobs; every one must be accepted.
+    pub async fn upload(&mut self, blobs: &[Vec<u8>]) -> Vec<Digest> {
+        let reqs: Vec<_> = blobs
+            .iter()
+            .map(|b| pb::batch_update_blobs_request::Request {
+                digest: Some(Digest::of_bytes(b).to_proto()),
+                data: b.clone(),
+                compressor: 0,
+            })
+            .collect();
+        let r = self
+            .cas
+            .batch_update_blobs(pb::BatchUpdateBlobsRequest {
+                requests: reqs,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        for resp in &r.responses {
+            assert_eq!(resp.status.as_ref().unwrap().code, 0, "{:?}", resp.status);
+        }
+        blobs.iter().map(|b| Digest::of_bytes(b)).collect()
+    }
+
+    pub async fn read(&mut self, d: &Digest) -> Vec<u8> {
+        let r = self
+            .cas
+            .batch_read_blobs(pb::BatchReadBlobsRequest {
+                digests: vec![d.to_proto()],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.responses[0].status.as_ref().unwrap().code,
+            0,
+            "read {d}: {:?}",
+            r.responses[0].status
+        );
+        r.responses[0].data.clone()
+    }
+
+    pub async fn read_proto(&mut self, d: &pb::Digest) -> Vec<u8> {
+        self.read(&Digest::from_proto(d).unwrap()).await
+    }
+
+    /// Execute and follow the stream to the final operation; returns it and the response.
+    pub async fn execute(
+        &mut self,
+        action: Digest,
+        skip_cache_lookup: bool,
+    ) -> (Operation, pb::ExecuteResponse) {
+        let mut s = self
+            .exec
+            .execute(pb::ExecuteRequest {
+                action_digest: Some(action.to_proto()),
+                skip_cache_lookup,
+                ..Default::default()
+            })
+            .await
+            .expect("Execute accepted")
+            .into_inner();
+        let mut last = None;
+        while let Some(op) = s.message().await.expect("operation stream") {
+            last = Some(op);
+        }
+        let op = last.expect("at least one operation");
+        assert!(op.done, "last operation is done");
+        let resp = response_of(&op);
+        (op, resp)
+    }
+}
+
+pub fn response_of(op: &Operation) -> pb::ExecuteResponse {
+    match &op.result {
+        Some(operation::Result::Response(any)) => {
+            assert_eq!(
+                any.type_url,
+                "type.googleapis.com/build.bazel.remote.execution.v2.ExecuteResponse"
+            );
+            pb::ExecuteResponse::decode(any.value.as_slice()).unwrap()
+        }
+        other => panic!("operation has no response: {other:?}"),
+    }
+}
+
+pub fn file(name: &str, d: Digest, exec: bool) -> pb::FileNode {
+    pb::FileNode {
+        name: name.into(),
+        digest: Some(d.to_proto()),
+        is_executable: exec,
+        node_properties: None,
+    }
+}
+
+pub fn dir(name: &str, d: Digest) -> pb::DirectoryNode {
+    pb::DirectoryNode {
+        name: name.into(),
+        digest: Some(d.to_proto()),
+    }
+}
+
+pub fn encode<M: Message>(m: &M) -> Vec<u8> {
+    m.encode_to_vec()
+}
+
+/// A `/bin/sh -c SCRIPT` command with a PATH.
+pub fn sh(script: &str) -> pb::Command {
+    pb::Command {
+        arguments: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        environment_variables: vec![pb::command::EnvironmentVariable {
+            name: "PATH".into(),
+            value: "/usr/bin:/bin".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// Upload `cmd`, an Action over `input_root` and return the action digest.
+pub async fn upload_action(
+    c: &mut Clients,
+    cmd: &pb::Command,
+    input_root: Digest,
+    timeout_s: Option<i64>,
+    do_not_cache: bool,
+) -> Digest {
+    let cd = c.upload(&[encode(cmd)]).await[0];
+    let action = pb::Action {
+        command_digest: Some(cd.to_proto()),
+        input_root_digest: Some(input_root.to_proto()),
+        timeout: timeout_s.map(|s| bazel_remote_apis::google::protobuf::Duration {
+            seconds: s,
+            nanos: 0,
+        }),
+        do_not_cache,
+        ..Default::default()
+    };
+    c.upload(&[encode(&action)]).await[0]
+}
+
+/// Upload an empty input root.
+pub async fn empty_root(c: &mut Clients) -> Digest {
+    let _ = c;
+    Digest::EMPTY
+}
+
+/// Entries left in the cache's work dir (must be none between actions).
+pub fn work_entries(cache: &Path) -> Vec<String> {
+    std::fs::read_dir(cache.join("work"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}

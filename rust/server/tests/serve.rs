@@ -1,0 +1,161 @@
+//! Listeners, the TCP token, the one-server-per-cache lock, `address`, Capabilities.
+
+mod common;
+
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use common::*;
+use pb::capabilities_client::CapabilitiesClient;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use tonic::Code;
+
+fn mode(p: &std::path::Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_requires_the_token_and_unix_does_not() {
+    let mut s = TestServer::start().await;
+    let req = || pb::GetCapabilitiesRequest::default();
+
+    // Unix socket: no token needed.
+    let caps = CapabilitiesClient::new(s.unix_channel().await)
+        .get_capabilities(req())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(caps.execution_capabilities.unwrap().exec_enabled);
+
+    let ch = s.tcp_channel().await;
+    let err = CapabilitiesClient::new(ch.clone())
+        .get_capabilities(req())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+
+    let mut wrong = CapabilitiesClient::with_interceptor(ch.clone(), |mut r: tonic::Request<()>| {
+        r.metadata_mut().insert(
+            clonestage_server::TOKEN_HEADER,
+            "0".repeat(64).parse().unwrap(),
+        );
+        Ok(r)
+    });
+    let err = wrong.get_capabilities(req()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+
+    // Execute over TCP without the token is refused too (not just Capabilities).
+    let err = pb::execution_client::ExecutionClient::new(ch.clone())
+        .execute(pb::ExecuteRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+
+    let token = s.handle().token().to_string();
+    assert_eq!(
+        std::fs::read_to_string(s.cache().join("server/token"))
+            .unwrap()
+            .trim(),
+        token
+    );
+    let mut right = CapabilitiesClient::with_interceptor(ch, move |mut r: tonic::Request<()>| {
+        r.metadata_mut()
+            .insert(clonestage_server::TOKEN_HEADER, token.parse().unwrap());
+        Ok(r)
+    });
+    assert!(right.get_capabilities(req()).await.is_ok());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_private_and_address_prints_bazel_flags() {
+    let mut s = TestServer::start().await;
+    let server = s.cache().canonicalize().unwrap().join("server");
+    assert_eq!(mode(&server), 0o700);
+    let sock = server.join("clonestage.sock");
+    assert!(std::fs::metadata(&sock).unwrap().file_type().is_socket());
+    assert_eq!(mode(&sock), 0o600);
+    assert_eq!(mode(&server.join("token")), 0o600);
+    let port: u16 = std::fs::read_to_string(server.join("tcp-port"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(port, s.handle().tcp_port());
+
+    let unix = clonestage_server::address(&s.cache(), false).unwrap();
+    assert_eq!(
+        unix,
+        vec![format!("--remote_executor=unix://{}", sock.display())]
+    );
+    let tcp = clonestage_server::address(&s.cache(), true).unwrap();
+    assert_eq!(
+        tcp,
+        vec![
+            format!("--remote_executor=grpc://127.0.0.1:{port}"),
+            format!("--remote_header=x-clonestage-token={}", s.handle().token()),
+        ]
+    );
+    s.stop().await;
+    let err = clonestage_server::address(&s.cache(), false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no clonestage server is running"), "{err}");
+    assert!(!sock.exists(), "socket removed on shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_cache_is_refused() {
+    let mut s = TestServer::start().await;
+    let err = clonestage_server::start(TestServer::opts(s.dir.path(), 1))
+        .await
+        .err()
+        .expect("second server refused");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains(&format!("pid {}", std::process::id())),
+        "{msg}"
+    );
+    // The first one still serves.
+    let mut c = s.clients().await;
+    assert!(c
+        .caps
+        .get_capabilities(pb::GetCapabilitiesRequest::default())
+        .await
+        .is_ok());
+    s.stop().await;
+    // Once it stopped, a new server can take the cache.
+    let h = clonestage_server::start(TestServer::opts(s.dir.path(), 1))
+        .await
+        .unwrap();
+    h.shutdown(std::time::Duration::from_secs(1), std::future::pending())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_cover_bazel_4_to_8() {
+    let mut s = TestServer::start().await;
+    let mut c = s.clients().await;
+    let caps = c
+        .caps
+        .get_capabilities(pb::GetCapabilitiesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let cache = caps.cache_capabilities.unwrap();
+    assert_eq!(
+        cache.digest_functions,
+        vec![pb::digest_function::Value::Sha256 as i32]
+    );
+    assert!(
+        cache
+            .action_cache_update_capabilities
+            .unwrap()
+            .update_enabled
+    );
+    assert!(cache.max_batch_total_size_bytes > 0);
+    let lo = caps.low_api_version.unwrap();
+    let hi = caps.high_api_version.unwrap();
+    assert_eq!((lo.major, lo.minor), (2, 0));
+    assert!(hi.major == 2 && hi.minor >= 1);
+    s.stop().await;
+}
