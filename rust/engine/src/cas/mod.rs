@@ -55,6 +55,9 @@ const SUBDIRS: [&str; 7] = [
 pub struct Cache {
     root: PathBuf,
     tmp: Dir,
+    /// `blobs/` and `exec/`, open: staging links and clones relative to them.
+    blobs: Dir,
+    exec: Dir,
     pins: Arc<pins::PinTable>,
     /// Source devices from which cloning into the cache failed: copy from them directly.
     no_clone_from: Mutex<HashMap<u64, ()>>,
@@ -74,9 +77,14 @@ impl Cache {
                 _ => {}
             }
         }
-        let tmp_path = root.join("tmp");
-        let tmp = Dir::open(&tmp_path).ctx("open", &tmp_path)?;
+        let open = |sub: &str| {
+            let p = root.join(sub);
+            Dir::open(&p).ctx("open", &p)
+        };
+        let (tmp, blobs, exec) = (open("tmp")?, open("blobs")?, open("exec")?);
         Ok(Cache {
+            blobs,
+            exec,
             pins: Arc::new(pins::PinTable::new(root.join("pins"))),
             root,
             tmp,
@@ -99,6 +107,20 @@ impl Cache {
     /// Where blob `d` lives (whether or not it is present). Not meaningful for the empty blob.
     pub fn blob_path(&self, d: &Digest) -> PathBuf {
         self.sharded("blobs", d, "")
+    }
+
+    /// `<hh>/<sha256>-<size>`: a blob's (or exec twin's) name relative to `blobs/` (`exec/`).
+    pub(crate) fn rel_name(d: &Digest) -> std::ffi::CString {
+        let hex = d.hex();
+        std::ffi::CString::new(format!("{}/{hex}-{}", &hex[..2], d.size)).expect("hex has no NUL")
+    }
+
+    pub(crate) fn blobs_dir(&self) -> &Dir {
+        &self.blobs
+    }
+
+    pub(crate) fn exec_dir(&self) -> &Dir {
+        &self.exec
     }
 
     pub(crate) fn exec_path(&self, d: &Digest) -> PathBuf {

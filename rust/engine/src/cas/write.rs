@@ -137,13 +137,12 @@ impl Cache {
 
     /// The blob's 0o555 twin for hardlinking executables: made once per blob, then kept, so no
     /// inode ever changes mode and Bazel's "every input is executable" costs one copy per blob.
-    pub(crate) fn exec_inode(&self, d: &Digest) -> Result<PathBuf> {
+    pub(crate) fn make_exec_inode(&self, d: &Digest) -> Result<()> {
         let p = self.exec_path(d);
         if std::fs::symlink_metadata(&p).is_ok() {
-            return Ok(p);
+            return Ok(());
         }
-        self.make_twin(d, 0o555, &p)?;
-        Ok(p)
+        self.make_twin(d, 0o555, &p)
     }
 
     /// Replica inode number `n` of a blob whose link count is exhausted (EMLINK).

@@ -131,25 +131,41 @@ impl Dir {
     }
 }
 
+/// Open `name` relative to `dirfd` (or `libc::AT_FDCWD`) read-only.
+pub fn open_read_at(dirfd: RawFd, name: &CStr) -> io::Result<File> {
+    let fd =
+        retry(|| unsafe { libc::openat(dirfd, name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Hardlink `src` (relative to `src_dir`, or a path with `libc::AT_FDCWD`) to `name` in `dst`.
+/// Staging links relative to an fd of the cache's blob directory, so each link resolves two
+/// short components instead of the whole cache path.
+pub fn hardlink_at(src_dir: RawFd, src: &CStr, dst: &Dir, name: &CStr) -> io::Result<()> {
+    retry(|| unsafe { libc::linkat(src_dir, src.as_ptr(), dst.as_raw_fd(), name.as_ptr(), 0) })?;
+    Ok(())
+}
+
 /// Hardlink `src` (a cache path) to `name` in `dst`.
 pub fn hardlink(src: &Path, dst: &Dir, name: &CStr) -> io::Result<()> {
-    let s = cstr(src)?;
-    retry(|| unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            s.as_ptr(),
-            dst.as_raw_fd(),
-            name.as_ptr(),
-            0,
-        )
-    })?;
-    Ok(())
+    hardlink_at(libc::AT_FDCWD, &cstr(src)?, dst, name)
 }
 
 /// Copy `src` into a new file `name` in `dst` with `mode`; removes the partial file on error.
 /// Returns the bytes copied. std's copy uses copy_file_range/sendfile where it can.
 pub fn copy_file(src: &Path, dst: &Dir, name: &CStr, mode: u32) -> io::Result<u64> {
-    let mut from = File::open(src)?;
+    copy_file_at(libc::AT_FDCWD, &cstr(src)?, dst, name, mode)
+}
+
+/// `copy_file` with the source relative to `src_dir`.
+pub fn copy_file_at(
+    src_dir: RawFd,
+    src: &CStr,
+    dst: &Dir,
+    name: &CStr,
+    mode: u32,
+) -> io::Result<u64> {
+    let mut from = open_read_at(src_dir, src)?;
     let mut to = dst.create_file(name, 0o600)?;
     let r = io::copy(&mut from, &mut to).and_then(|n| {
         retry(|| unsafe { libc::fchmod(to.as_raw_fd(), mode as libc::mode_t) })?;

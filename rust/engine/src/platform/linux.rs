@@ -2,12 +2,11 @@
 //! snapshots as the whole-tree clone. Other filesystems answer EOPNOTSUPP/EXDEV/EINVAL, which
 //! the stager treats as "fall back".
 
-use super::dir::{cstr, Dir};
+use super::dir::{cstr, open_read_at, Dir};
 use super::TreeClone;
 use std::ffi::CStr;
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "reflink";
@@ -56,7 +55,18 @@ fn ioctl(fd: &impl AsRawFd, req: libc::c_ulong, arg: *const libc::c_void) -> io:
 /// Reflink `src` into a new file `name` in `dst` with `mode`. The new inode is private
 /// (copy-on-write), so its mode can differ from the cache's copy.
 pub fn clone_file(src: &Path, dst: &Dir, name: &CStr, mode: u32) -> io::Result<()> {
-    let from = File::open(src)?;
+    clone_file_at(libc::AT_FDCWD, &cstr(src)?, dst, name, mode)
+}
+
+/// `clone_file` with the source relative to `src_dir`.
+pub fn clone_file_at(
+    src_dir: RawFd,
+    src: &CStr,
+    dst: &Dir,
+    name: &CStr,
+    mode: u32,
+) -> io::Result<()> {
+    let from = open_read_at(src_dir, src)?;
     let to = dst.create_file(name, mode)?;
     let r = ioctl(
         &to,

@@ -5,7 +5,7 @@ use super::dir::{cstr, Dir};
 use super::TreeClone;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "clonefile";

@@ -3,7 +3,8 @@
 //! behave the same everywhere live in `dir.rs`; each OS supplies the rest in its own file.
 //!
 //! Per-OS functions (same signatures in `linux.rs` and `macos.rs`):
-//! - `clone_file(src, dst_dir, name, mode)`: copy-on-write clone of one file (FICLONE / clonefileat).
+//! - `clone_file(src, dst_dir, name, mode)`, `clone_file_at(src_dirfd, src, ...)`: copy-on-write
+//!   clone of one file (FICLONE / clonefileat).
 //! - `tree_clone_kind(dir)`: whether `dir`'s filesystem clones whole trees, and how.
 //! - `new_tree_container(parent, name)`: a directory that `clone_tree` can clone later
 //!   (a btrfs subvolume; a plain directory on APFS).
@@ -12,7 +13,7 @@
 //! - `rename_noreplace(from, to)`: atomic rename that fails with EEXIST instead of replacing.
 
 mod dir;
-pub use dir::{copy_file, cstr, current_umask, hardlink, Dir};
+pub use dir::{copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, Dir};
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
@@ -22,8 +23,8 @@ mod imp;
 mod imp;
 
 pub use imp::{
-    clone_file, clone_tree, new_tree_container, remove_tree_container, rename_noreplace,
-    tree_clone_kind, FILE_CLONE_METHOD,
+    clone_file, clone_file_at, clone_tree, new_tree_container, remove_tree_container,
+    rename_noreplace, tree_clone_kind, FILE_CLONE_METHOD,
 };
 
 use std::io;

@@ -12,7 +12,8 @@ use crate::platform::{self, cstr, Dir, TreeClone};
 use crate::stats::Counters;
 use std::collections::HashSet;
 use std::ffi::CStr;
-use std::path::{Path, PathBuf};
+use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -32,6 +33,14 @@ pub const SUBTREE_REMEASURE_EVERY: u64 = 16;
 
 static SKIPPED_HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Which of the cache's inodes for a digest a hardlinked input is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Inode {
+    Blob,
+    Exec,
+    Replica { exec: bool, n: u32 },
+}
+
 pub(crate) struct Builder<'a> {
     pub cache: &'a Cache,
     pub devices: &'a Devices,
@@ -45,8 +54,8 @@ pub(crate) struct Builder<'a> {
     pub fail_after: Option<usize>,
     pub counters: Counters,
     /// Cache inodes hardlinked into the root (checked for writes after the action).
-    pub linked: Vec<(Digest, PathBuf)>,
-    linked_set: HashSet<PathBuf>,
+    pub linked: Vec<(Digest, Inode)>,
+    linked_set: HashSet<(Digest, Inode)>,
     placed: usize,
     pub per_file_time: std::time::Duration,
     pub per_file_count: u64,
@@ -257,34 +266,38 @@ impl<'a> Builder<'a> {
                 return Err(Error::Injected(n));
             }
         }
-        let p = path.join(name);
-        let cname = cstr(name).ctx("name", &p)?;
+        // Paths for error messages are built only on error: this is the per-file hot path.
+        let p = || path.join(name);
+        let cname = cstr(name).map_err(|e| Error::io("name", p(), e))?;
         let mode = if exec { 0o555 } else { 0o444 };
         if d.is_empty() {
-            dir.create_file(&cname, mode).ctx("create", &p)?;
-            self.fix_mode(dir, &cname, mode, &p)?;
+            dir.create_file(&cname, mode)
+                .map_err(|e| Error::io("create", p(), e))?;
+            self.fix_mode(dir, &cname, mode, path)?;
             self.counters.empty += 1;
             return Ok(());
         }
-        let blob = self.cache.blob_path(d);
+        let rel = Cache::rel_name(d);
+        let blobs = self.cache.blobs_dir().as_raw_fd();
         loop {
             let r = match self.method {
-                FileMethod::Clone => platform::clone_file(&blob, dir, &cname, mode).map(|_| {
-                    if platform::FILE_CLONE_METHOD == "clonefile" {
-                        self.counters.clonefile += 1;
-                    } else {
-                        self.counters.reflink += 1;
-                    }
-                }),
-                FileMethod::Hardlink => self.hardlink(dir, &cname, &p, d, exec),
-                FileMethod::Copy => {
-                    platform::copy_file(&blob, dir, &cname, mode).map(|_| self.counters.copy += 1)
+                FileMethod::Clone => {
+                    platform::clone_file_at(blobs, &rel, dir, &cname, mode).map(|_| {
+                        if platform::FILE_CLONE_METHOD == "clonefile" {
+                            self.counters.clonefile += 1;
+                        } else {
+                            self.counters.reflink += 1;
+                        }
+                    })
                 }
+                FileMethod::Hardlink => self.hardlink(dir, &cname, &rel, d, exec),
+                FileMethod::Copy => platform::copy_file_at(blobs, &rel, dir, &cname, mode)
+                    .map(|_| self.counters.copy += 1),
             };
             match r {
                 Ok(()) => {
                     if self.method != FileMethod::Hardlink {
-                        self.fix_mode(dir, &cname, mode, &p)?;
+                        self.fix_mode(dir, &cname, mode, path)?;
                     }
                     self.counters.bytes += d.size;
                     return Ok(());
@@ -292,7 +305,7 @@ impl<'a> Builder<'a> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !self.cache.contains(d) => {
                     return Err(Error::Missing {
                         digests: vec![*d],
-                        path: p.display().to_string(),
+                        path: p().display().to_string(),
                     })
                 }
                 Err(e) if self.method != FileMethod::Copy && platform::is_unsupported(&e) => {
@@ -313,18 +326,19 @@ impl<'a> Builder<'a> {
                         FileMethod::Hardlink => "linkat",
                         FileMethod::Copy => "copy",
                     };
-                    return Err(Error::io(op, &p, e));
+                    return Err(Error::io(op, p(), e));
                 }
             }
         }
     }
 
-    /// Hardlink the blob (or its 0o555 twin). On EMLINK, link a replica inode instead.
+    /// Hardlink the blob, or its 0o555 twin (made on first need), relative to the cache's open
+    /// directories. On EMLINK, link a replica inode instead.
     fn hardlink(
         &mut self,
         dir: &Dir,
         cname: &CStr,
-        p: &Path,
+        rel: &CStr,
         d: &Digest,
         exec: bool,
     ) -> std::io::Result<()> {
@@ -332,28 +346,39 @@ impl<'a> Builder<'a> {
             Error::Io { source, .. } => source,
             other => std::io::Error::other(other.to_string()),
         };
-        let mut src = if exec {
-            self.cache.exec_inode(d).map_err(to_io)?
+        let (src_dir, first) = if exec {
+            (self.cache.exec_dir().as_raw_fd(), Inode::Exec)
         } else {
-            self.cache.blob_path(d)
+            (self.cache.blobs_dir().as_raw_fd(), Inode::Blob)
         };
+        let mut r = platform::hardlink_at(src_dir, rel, dir, cname);
+        if exec
+            && matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            && self.cache.contains(d)
+        {
+            self.cache.make_exec_inode(d).map_err(to_io)?;
+            r = platform::hardlink_at(src_dir, rel, dir, cname);
+        }
+        let mut inode = first;
         let mut replica = 0u32;
         loop {
-            match platform::hardlink(&src, dir, cname) {
+            match r {
                 Ok(()) => {
                     self.counters.hardlink += 1;
-                    if self.linked_set.insert(src.clone()) {
-                        self.linked.push((*d, src));
+                    if self.linked_set.insert((*d, inode)) {
+                        self.linked.push((*d, inode));
                     }
                     return Ok(());
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EMLINK) && replica < 1024 => {
                     if replica == 0 {
                         self.counters.fallback("emlink");
-                        tracing::debug!(digest = %d, path = %p.display(), "link count full; using a replica inode");
+                        tracing::debug!(digest = %d, "link count full; using a replica inode");
                     }
-                    src = self.cache.replica_inode(d, exec, replica).map_err(to_io)?;
+                    let src = self.cache.replica_inode(d, exec, replica).map_err(to_io)?;
+                    inode = Inode::Replica { exec, n: replica };
                     replica += 1;
+                    r = platform::hardlink(&src, dir, cname);
                 }
                 Err(e) => return Err(e),
             }

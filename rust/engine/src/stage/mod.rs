@@ -63,7 +63,7 @@ pub struct StagedRoot {
     pub dest: PathBuf,
     pub counters: Counters,
     pub micros: u64,
-    linked: Vec<(Digest, PathBuf)>,
+    linked: Vec<(Digest, build::Inode)>,
     cache: Arc<Cache>,
     _pin: PinGuard,
 }
@@ -147,7 +147,9 @@ impl Stager {
             _ => PathBuf::from("."),
         };
         let pin = self.cache.pin(&req.root)?;
+        let t_plan = Instant::now();
         let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks)?;
+        let plan_us = t_plan.elapsed().as_micros() as u64;
 
         let key = device::Devices::key(&self.cache, &parent).ctx("stat", &parent)?;
         let prof = self.devices.get(&self.cache, key, &parent);
@@ -176,6 +178,7 @@ impl Stager {
         );
         let tmp = parent.join(&tmp_name);
         let parent_dir = Dir::open(&parent).ctx("open", &parent)?;
+        let t_build = Instant::now();
         let root_dir = parent_dir
             .mkdir_at(&cstr(&tmp_name).ctx("name", &tmp)?, 0o755)
             .ctx("mkdir", &tmp)?;
@@ -184,6 +187,7 @@ impl Stager {
             .and_then(|_| outputs::make_output_parents(&root_dir, &tmp, &outputs))
             .and_then(|_| root_dir.chmod(0o755).ctx("chmod", &tmp));
         drop(root_dir);
+        let build_us = t_build.elapsed().as_micros() as u64;
         if let Err(e) = built {
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e {
@@ -214,7 +218,16 @@ impl Stager {
         let tree_us = (!b.tree_times.is_empty())
             .then(|| b.tree_times.iter().sum::<f64>() / b.tree_times.len() as f64);
         self.devices.observe(&self.cache, key, file_us, tree_us);
-        tracing::debug!(root = %req.root, dest = %dest.display(), micros, "staged");
+        tracing::debug!(
+            root = %req.root,
+            dest = %dest.display(),
+            micros,
+            plan_us,
+            build_us,
+            files_us = b.per_file_time.as_micros() as u64,
+            files = b.per_file_count,
+            "staged"
+        );
         let staged = StagedRoot {
             root: req.root,
             dest: dest.clone(),
