@@ -30,17 +30,27 @@ extern "C" {
 
 /// Clone `src` as `name` in `dst`, then set `mode` on the clone (a private inode: safe).
 pub fn clone_file(src: &Path, dst: &Dir, name: &CStr, mode: u32) -> io::Result<()> {
-    let s = cstr(src)?;
-    if unsafe {
+    clone_file_at(libc::AT_FDCWD, &cstr(src)?, dst, name, mode)
+}
+
+/// `clone_file` with the source relative to `src_dir`.
+pub fn clone_file_at(
+    src_dir: RawFd,
+    src: &CStr,
+    dst: &Dir,
+    name: &CStr,
+    mode: u32,
+) -> io::Result<()> {
+    let r = unsafe {
         clonefileat(
-            libc::AT_FDCWD,
-            s.as_ptr(),
+            src_dir,
+            src.as_ptr(),
             dst.as_raw_fd(),
             name.as_ptr(),
             CLONE_NOFOLLOW,
         )
-    } != 0
-    {
+    };
+    if r != 0 {
         return Err(io::Error::last_os_error());
     }
     let st = dst.stat_at(name)?;
