@@ -12,7 +12,8 @@ BUILDIFIER=${BUILDIFIER:-$TOOLS/node_modules/.bin/buildifier}
 step() { echo; echo "=== $*"; }
 
 if [ -z "${CLONESTAGE_TEST_XFS:-}" ] && [ "$(id -u)" = 0 ]; then
-    eval "$(bash .ci/mount-cow.sh)"
+    mounts=$(bash .ci/mount-cow.sh)
+    eval "$mounts"
 fi
 
 step "rustfmt"

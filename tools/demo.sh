@@ -1,39 +1,57 @@
 #!/usr/bin/env bash
-# Build clonestage and run its main job on a SwiftCompile-shaped input tree: ingest it into a
-# fresh cache, stage it three times (first sighting, second sighting, warm), and print what
-# each stage used and the cache's counters. Defaults are embedded; override with:
-#   DEMO_DIR   where to work (default: a new dir under /var/tmp; use a btrfs/XFS mount to see
-#              snapshot/reflink, e.g. /mnt/clonestage-btrfs from .ci/mount-cow.sh)
-#   DEMO_FILES input files (default 1978, the p95 SwiftCompile action), DEMO_KIB per file (default 16)
+# clonestage's main job, with embedded defaults: build the helper and the spawn wrapper,
+# then build and test the SwiftCompile-like example (examples/swiftlike) through clonestage
+# the way a user does (its tools/bazel launcher starts `clonestage serve`; --config=clonestage
+# routes every action to it; --config=staged makes each action check that its inputs arrived
+# as read-only regular files), and print what clonestage did.
+#
+# On a fresh machine it first installs what it needs (.ci/install.sh, as root).
+# Settings (all optional):
+#   DEMO_SCALE=ci|full   ci (default): the real file counts, ~2 MB of content;
+#                        full: 183 MB mean / 466 MB p95 per action (writes a 465 MB SDK tree once)
+#   CLONESTAGE_CACHE     the cache (default: a fresh one under /var/tmp, removed afterwards;
+#                        put it on btrfs or XFS, e.g. /mnt/clonestage-btrfs, to see snapshots/reflinks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FILES=${DEMO_FILES:-1978}
-KIB=${DEMO_KIB:-16}
+ROOT=$PWD
+SCALE=${DEMO_SCALE:-ci}
+
+if ! command -v bazel >/dev/null 2>&1 || ! command -v cargo >/dev/null 2>&1; then
+    bash .ci/install.sh
+fi
+
+echo "demo: building clonestage and clonestage-spawn"
 cargo build --quiet --release --manifest-path rust/Cargo.toml --bin clonestage
-CS=$PWD/rust/target/release/clonestage
+CLONESTAGE_DISABLE=1 bazel build --jobs=2 //:spawn >/dev/null 2>&1 || CLONESTAGE_DISABLE=1 bazel build --jobs=2 //:spawn
+install -m 0755 "$(CLONESTAGE_DISABLE=1 bazel info bazel-bin 2>/dev/null)/cc/clonestage-spawn" rust/target/release/.clonestage-spawn.$$
+mv -f rust/target/release/.clonestage-spawn.$$ rust/target/release/clonestage-spawn
+CS=$ROOT/rust/target/release/clonestage
 
-WORK=$(mktemp -d "${DEMO_DIR:-/var/tmp}/clonestage-demo.XXXXXX")
-trap 'rm -rf "$WORK/root1" "$WORK/root2" "$WORK/root3" 2>/dev/null; chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
-export CLONESTAGE_CACHE=$WORK/cache
+own_cache=0
+if [ -z "${CLONESTAGE_CACHE:-}" ]; then
+    CLONESTAGE_CACHE=$(mktemp -d /var/tmp/clonestage-demo-cache.XXXXXX)
+    own_cache=1
+fi
+export CLONESTAGE_CACHE
+stop_server() {
+    local pid
+    pid=$(sed -n 's/[^0-9]*\([0-9][0-9]*\).*/\1/p' "$CLONESTAGE_CACHE/server/lock" 2>/dev/null | head -n1)
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    if [ "$own_cache" = 1 ]; then
+        sleep 1
+        chmod -R u+w "$CLONESTAGE_CACHE" 2>/dev/null || true
+        rm -rf "$CLONESTAGE_CACHE"
+    fi
+}
+trap stop_server EXIT
 
-echo "demo: generating $FILES files of $KIB KiB (an SDK-like tree shared by every action) in $WORK/src"
-python3 - "$WORK/src" "$FILES" "$KIB" <<'PY'
-import os, sys
-root, n, kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(n):
-    d = os.path.join(root, "external/sdk/usr/include", "mod%02d" % (i % 40))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "f%04d.swiftinterface" % i), "wb") as f:
-        f.write((b"// %d\n" % i) * (kib * 1024 // 8))
-os.makedirs(os.path.join(root, "app/Sources"), exist_ok=True)
-open(os.path.join(root, "app/Sources/main.swift"), "w").write("print(1)\n")
-PY
-
-DIGEST=$("$CS" ingest "$WORK/src")
-echo "demo: input root digest $DIGEST"
-for i in 1 2 3; do
-    "$CS" stage "$DIGEST" "$WORK/root$i" --output app/out/App.swiftmodule
-done
-ls -ld "$WORK/root3" "$WORK/root3/app/out" "$WORK/root3/app/Sources" "$WORK/root3/app/Sources/main.swift"
+cd examples/swiftlike
+scale_flag=--config=ci
+[ "$SCALE" = full ] && scale_flag=
+echo "demo: bazel test //... in examples/swiftlike through clonestage (cache $CLONESTAGE_CACHE, scale $SCALE)"
+CLONESTAGE_DISABLE=1 bazel clean >/dev/null 2>&1 || true
+# The launcher (tools/bazel) starts the server and adds the executor address.
+bazel test --jobs=2 $scale_flag --config=clonestage --config=staged //...
+sleep 0.5 # the server writes its counters just after answering
 echo
 "$CS" stats

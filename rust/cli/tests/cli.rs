@@ -15,8 +15,16 @@ fn cs(cache: &Path, args: &[&str]) -> Output {
 }
 
 fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "failed: {}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout.clone()).unwrap().trim().to_string()
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 fn sample(src: &Path) {
@@ -32,8 +40,14 @@ fn sample(src: &Path) {
 fn ingest_an_empty_directory_gives_the_empty_digest() {
     let t = tempfile::tempdir().unwrap();
     std::fs::create_dir(t.path().join("empty")).unwrap();
-    let out = ok(&cs(&t.path().join("c"), &["ingest", t.path().join("empty").to_str().unwrap()]));
-    assert_eq!(out, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855/0");
+    let out = ok(&cs(
+        &t.path().join("c"),
+        &["ingest", t.path().join("empty").to_str().unwrap()],
+    ));
+    assert_eq!(
+        out,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855/0"
+    );
 }
 
 #[test]
@@ -43,14 +57,46 @@ fn ingest_stage_stats_round_trip() {
     sample(&t.path().join("src"));
     let d = ok(&cs(&c, &["ingest", t.path().join("src").to_str().unwrap()]));
     let dest = t.path().join("root");
-    ok(&cs(&c, &["stage", &d, dest.to_str().unwrap(), "--output", "pkg/out/main.o"]));
-    assert_eq!(std::fs::read(dest.join("pkg/main.swift")).unwrap(), b"print(1)\n");
-    assert_eq!(std::fs::metadata(dest.join("pkg/out")).unwrap().permissions().mode() & 0o777, 0o755);
-    let stats: serde_json::Value = serde_json::from_str(&ok(&cs(&c, &["stats", "--json"]))).unwrap();
-    for k in ["clonefile", "reflink", "snapshot", "hardlink", "copy", "subtree_hits", "subtree_misses", "fallbacks"] {
+    ok(&cs(
+        &c,
+        &[
+            "stage",
+            &d,
+            dest.to_str().unwrap(),
+            "--output",
+            "pkg/out/main.o",
+        ],
+    ));
+    assert_eq!(
+        std::fs::read(dest.join("pkg/main.swift")).unwrap(),
+        b"print(1)\n"
+    );
+    assert_eq!(
+        std::fs::metadata(dest.join("pkg/out"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o755
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&cs(&c, &["stats", "--json"]))).unwrap();
+    for k in [
+        "clonefile",
+        "reflink",
+        "snapshot",
+        "hardlink",
+        "copy",
+        "subtree_hits",
+        "subtree_misses",
+        "fallbacks",
+    ] {
         assert!(stats[k].is_u64(), "stats lacks integer {k}: {stats}");
     }
-    let placed: u64 = ["clonefile", "reflink", "hardlink", "copy"].iter().map(|k| stats[k].as_u64().unwrap()).sum();
+    let placed: u64 = ["clonefile", "reflink", "hardlink", "copy"]
+        .iter()
+        .map(|k| stats[k].as_u64().unwrap())
+        .sum();
     assert_eq!(placed, 51);
     assert_eq!(stats["stages"], 1);
 }
@@ -64,9 +110,16 @@ fn stage_refuses_an_existing_destination_with_a_clear_error() {
     std::fs::create_dir(t.path().join("taken")).unwrap();
     let o = cs(&c, &["stage", &d, t.path().join("taken").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already exists"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // A digest that is not a digest, and a tree that is not in the cache.
-    let o = cs(&c, &["stage", "nothex/12", t.path().join("x").to_str().unwrap()]);
+    let o = cs(
+        &c,
+        &["stage", "nothex/12", t.path().join("x").to_str().unwrap()],
+    );
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("digest"));
     let absent = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/10";
     let o = cs(&c, &["stage", absent, t.path().join("x").to_str().unwrap()]);
@@ -83,12 +136,22 @@ fn a_failed_stage_leaves_nothing_behind() {
     let out = t.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .args(["--cache", c.to_str().unwrap(), "stage", &d, out.join("root").to_str().unwrap()])
+        .args([
+            "--cache",
+            c.to_str().unwrap(),
+            "stage",
+            &d,
+            out.join("root").to_str().unwrap(),
+        ])
         .env("CLONESTAGE_FAULT_FAIL_AFTER", "20")
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "a failed stage left files behind");
+    assert_eq!(
+        std::fs::read_dir(&out).unwrap().count(),
+        0,
+        "a failed stage left files behind"
+    );
     ok(&cs(&c, &["verify"]));
 }
 
@@ -97,12 +160,19 @@ fn two_processes_ingesting_the_same_blob_at_once_agree_and_leave_a_sound_cache()
     let t = tempfile::tempdir().unwrap();
     let c = t.path().join("c");
     let big = t.path().join("big.bin");
-    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let data: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
     std::fs::write(&big, &data).unwrap();
     for _ in 0..4 {
         let spawn = || {
             Command::new(env!("CARGO_BIN_EXE_clonestage"))
-                .args(["--cache", c.to_str().unwrap(), "ingest", big.to_str().unwrap()])
+                .args([
+                    "--cache",
+                    c.to_str().unwrap(),
+                    "ingest",
+                    big.to_str().unwrap(),
+                ])
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -114,7 +184,11 @@ fn two_processes_ingesting_the_same_blob_at_once_agree_and_leave_a_sound_cache()
         assert!(out.ends_with(&format!("/{}", data.len())), "{out}");
         let v = ok(&cs(&c, &["verify"]));
         assert!(v.contains(", 0 corrupt"), "{v}");
-        assert_eq!(std::fs::read_dir(c.join("tmp")).unwrap().count(), 0, "temp files left");
+        assert_eq!(
+            std::fs::read_dir(c.join("tmp")).unwrap().count(),
+            0,
+            "temp files left"
+        );
         std::fs::remove_dir_all(c.join("blobs")).unwrap();
     }
 }
@@ -131,7 +205,11 @@ fn verify_exits_1_naming_a_corrupt_blob() {
     std::fs::write(&blob, b"paYload").unwrap();
     let o = cs(&c, &["verify"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains(&d), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&d),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
