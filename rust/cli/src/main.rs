@@ -1,6 +1,7 @@
 //! `clonestage`: the command line over the staging engine and the local REAPI endpoint.
 //! Flags are defined once here with their docs; each command lives in `commands/`.
 
+mod bench;
 mod commands;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -75,6 +76,8 @@ enum Cmd {
         #[arg(long)]
         spawn: Option<PathBuf>,
     },
+    /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
+    Bench(bench::BenchArgs),
     /// Print the Bazel flags that reach the running server, one per line.
     Address {
         /// The loopback TCP form with its token header (Bazel < 6 cannot use unix sockets).
@@ -159,6 +162,7 @@ fn main() -> ExitCode {
             .map(|_| ExitCode::SUCCESS)
         }
         Cmd::Address { tcp } => commands::address(&cache, tcp),
+        Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
     };
     match r {
         Ok(code) => code,

@@ -22,6 +22,8 @@ pub(crate) struct PinTable {
 
 struct Inner {
     counts: HashMap<Digest, usize>,
+    /// What the pin file lists now (a superset of `counts`' keys).
+    listed: std::collections::HashSet<Digest>,
     file: Option<(File, PathBuf)>,
 }
 
@@ -33,12 +35,13 @@ pub struct PinGuard {
 
 impl Drop for PinGuard {
     fn drop(&mut self) {
+        // The pin file is not rewritten here: a root listed a little longer is only protected
+        // a little longer (until this process pins again or exits), and a stage saves a write.
         let mut inner = self.table.inner.lock().unwrap();
         if let Some(n) = inner.counts.get_mut(&self.root) {
             *n -= 1;
             if *n == 0 {
                 inner.counts.remove(&self.root);
-                let _ = inner.rewrite();
             }
         }
     }
@@ -72,7 +75,8 @@ impl Inner {
             return Ok(());
         };
         let mut text = String::new();
-        for d in self.counts.keys() {
+        self.listed = self.counts.keys().copied().collect();
+        for d in &self.listed {
             text.push_str(&format!("{d}\n"));
         }
         f.set_len(0)?;
@@ -87,6 +91,7 @@ impl PinTable {
             dir,
             inner: Mutex::new(Inner {
                 counts: HashMap::new(),
+                listed: Default::default(),
                 file: None,
             }),
         }
@@ -108,7 +113,7 @@ impl PinTable {
         }
         let n = inner.counts.entry(root).or_insert(0);
         *n += 1;
-        if *n == 1 {
+        if *n == 1 && !inner.listed.contains(&root) {
             let path = inner.file.as_ref().map(|f| f.1.clone()).unwrap_or_default();
             inner.rewrite().map_err(|e| Error::io("write", path, e))?;
         }

@@ -121,7 +121,11 @@ fn eviction_never_removes_a_pinned_blob_even_from_another_process() {
     for d in &loose {
         assert!(!c.contains(d), "unpinned blob {d} kept");
     }
+    // Unpinning does not rewrite the pin file (saves a write per stage); the other process's
+    // next pin does, and from then on the dropped root is fair game.
     drop(pin);
+    let unrelated = c.put_bytes(b"unrelated", None).unwrap();
+    let _next = other.pin(&unrelated).unwrap();
     c.gc(0).unwrap();
     for d in &kept {
         assert!(!c.contains(d), "unpinned after drop, must go");

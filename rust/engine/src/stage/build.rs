@@ -56,6 +56,7 @@ pub(crate) struct Builder<'a> {
     /// Cache inodes hardlinked into the root (checked for writes after the action).
     pub linked: Vec<(Digest, Inode)>,
     linked_set: HashSet<(Digest, Inode)>,
+    new_sightings: Vec<Digest>,
     placed: usize,
     pub per_file_time: std::time::Duration,
     pub per_file_count: u64,
@@ -89,6 +90,7 @@ impl<'a> Builder<'a> {
             counters: Counters::default(),
             linked: Vec::new(),
             linked_set: HashSet::new(),
+            new_sightings: Vec::new(),
             placed: 0,
             per_file_time: Default::default(),
             per_file_count: 0,
@@ -199,7 +201,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn seen_before(&self, d: &Digest) -> bool {
+    fn seen_before(&mut self, d: &Digest) -> bool {
         let mut guard = self.seen.lock().unwrap();
         let log = self.cache.root().join("subtrees.seen");
         let set = guard.get_or_insert_with(|| {
@@ -213,13 +215,30 @@ impl<'a> Builder<'a> {
             return true;
         }
         set.insert(*d);
+        self.new_sightings.push(*d);
+        SUBTREE_MIN_SIGHTINGS <= 1
+    }
+
+    /// Append this stage's first sightings to `subtrees.seen` in one write.
+    pub(crate) fn save_sightings(&mut self) {
+        if self.new_sightings.is_empty() {
+            return;
+        }
         use std::io::Write;
-        let _ = std::fs::OpenOptions::new()
+        let text: String = self
+            .new_sightings
+            .drain(..)
+            .map(|d| format!("{d}\n"))
+            .collect();
+        let log = self.cache.root().join("subtrees.seen");
+        let r = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
-            .and_then(|mut f| f.write_all(format!("{d}\n").as_bytes()));
-        SUBTREE_MIN_SIGHTINGS <= 1
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        if let Err(e) = r {
+            tracing::warn!(path = %log.display(), error = %e, "cannot record subtree sightings");
+        }
     }
 
     /// Materialize Directory `d` read-only in the subtree cache. Built beside its final name
@@ -277,12 +296,13 @@ impl<'a> Builder<'a> {
             self.counters.empty += 1;
             return Ok(());
         }
-        let rel = Cache::rel_name(d);
+        let rel_buf = crate::cas::RelName::new(d);
+        let rel = rel_buf.as_cstr();
         let blobs = self.cache.blobs_dir().as_raw_fd();
         loop {
             let r = match self.method {
                 FileMethod::Clone => {
-                    platform::clone_file_at(blobs, &rel, dir, &cname, mode).map(|_| {
+                    platform::clone_file_at(blobs, rel, dir, &cname, mode).map(|_| {
                         if platform::FILE_CLONE_METHOD == "clonefile" {
                             self.counters.clonefile += 1;
                         } else {
@@ -290,8 +310,8 @@ impl<'a> Builder<'a> {
                         }
                     })
                 }
-                FileMethod::Hardlink => self.hardlink(dir, &cname, &rel, d, exec),
-                FileMethod::Copy => platform::copy_file_at(blobs, &rel, dir, &cname, mode)
+                FileMethod::Hardlink => self.hardlink(dir, &cname, rel, d, exec),
+                FileMethod::Copy => platform::copy_file_at(blobs, rel, dir, &cname, mode)
                     .map(|_| self.counters.copy += 1),
             };
             match r {

@@ -89,6 +89,7 @@ pub struct Stager {
     cache: Arc<Cache>,
     devices: device::Devices,
     seen: Mutex<Option<HashSet<Digest>>>,
+    validated: plan::Validated,
     fix_modes: bool,
     seq: AtomicU64,
 }
@@ -102,6 +103,7 @@ impl Stager {
             cache,
             devices: Default::default(),
             seen: Mutex::new(None),
+            validated: Default::default(),
             fix_modes,
             seq: AtomicU64::new(0),
         }
@@ -148,7 +150,7 @@ impl Stager {
         };
         let pin = self.cache.pin(&req.root)?;
         let t_plan = Instant::now();
-        let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks)?;
+        let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks, &self.validated)?;
         let plan_us = t_plan.elapsed().as_micros() as u64;
 
         let key = device::Devices::key(&self.cache, &parent).ctx("stat", &parent)?;
@@ -198,6 +200,7 @@ impl Stager {
                 e => e,
             });
         }
+        b.save_sightings();
         if let Err(e) = platform::rename_noreplace(&tmp, dest) {
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e.raw_os_error() {

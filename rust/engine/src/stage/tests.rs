@@ -643,3 +643,40 @@ fn btrfs_stages_a_warm_subtree_by_snapshot_with_writable_output_chain() {
         crate::remove::remove_tree(&t.path().join(r)).unwrap();
     }
 }
+
+#[test]
+fn a_validated_subtree_is_checked_again_at_a_depth_where_its_symlink_escapes() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let cache = st.cache();
+    let inner = dir_digest(
+        cache,
+        Directory {
+            symlinks: vec![SymlinkNode {
+                name: "up".into(),
+                target: "../sibling".into(),
+                node_properties: None,
+            }],
+            ..Default::default()
+        },
+    );
+    let outer = dir_digest(
+        cache,
+        Directory {
+            directories: vec![DirectoryNode {
+                name: "pkg".into(),
+                digest: Some(inner.to_proto()),
+            }],
+            ..Default::default()
+        },
+    );
+    // Inside pkg/, "../sibling" stays in the root: fine, and remembered as validated.
+    st.stage(&req(outer, t.path().join("ok"))).unwrap();
+    st.stage(&req(outer, t.path().join("ok2"))).unwrap();
+    // The same Directory as the root itself: "../sibling" escapes and must still be refused.
+    let e = st
+        .stage(&req(inner, t.path().join("bad")))
+        .err()
+        .expect("escaping symlink accepted");
+    assert_eq!(e.class(), ErrorClass::InvalidArgument, "{e}");
+    assert!(!t.path().join("bad").exists());
+}

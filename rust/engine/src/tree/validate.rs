@@ -6,7 +6,7 @@ use crate::digest::Digest;
 use crate::error::{Error, Result};
 
 /// What symlink targets a stage accepts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct SymlinkPolicy {
     /// Accept absolute targets (they point outside the root by definition).
     pub allow_absolute: bool,

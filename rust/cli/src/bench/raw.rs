@@ -1,0 +1,358 @@
+//! The raw per-file methods clonestage is compared with, written as tightly as a stager
+//! could write them: directories made with `mkdirat`, every file placed relative to open
+//! directory fds (source and destination), nothing else (no chmod, no stat, no bookkeeping).
+//!
+//! - `hardlink`: `linkat` per file from the source tree (what NativeLink / Buildbarn do).
+//! - `reflink`: `openat` + `openat(O_CREAT|O_EXCL, 0o444)` + `ioctl(FICLONE)` per file
+//!   (on macOS `clonefileat` per file).
+//! - `copy`: the same opens, then `read`/`write` of every byte (deliberately not
+//!   `copy_file_range`, which XFS and btrfs turn into a reflink).
+//! - `symlink`: a symlink forest as Bazel's sandbox builds it: real directories, one
+//!   `symlinkat` per file pointing at the absolute source path.
+//! - `snapshot` (btrfs): one `BTRFS_IOC_SNAP_CREATE` of a subvolume (the engine's own subtree
+//!   cache entry) under a fresh root directory (on macOS: `clonefile` of the directory).
+//!
+//! With `threads > 1`, directories are made first, then the files are claimed in batches of
+//! 16 from a shared counter by that many scoped threads (spawned inside the timed region).
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// A generated tree: `dirs[0]` is the root itself; every other dir has a parent index that
+/// comes before it.
+pub struct Manifest {
+    pub dirs: Vec<DirEnt>,
+    pub files: Vec<FileEnt>,
+    pub bytes: u64,
+}
+
+pub struct DirEnt {
+    pub parent: usize,
+    pub name: CString,
+    /// Relative to the root ("" for the root).
+    pub rel: PathBuf,
+}
+
+pub struct FileEnt {
+    pub dir: usize,
+    pub name: CString,
+    /// Absolute source path (the symlink forest's target).
+    pub target: CString,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raw {
+    Hardlink,
+    Reflink,
+    Copy,
+    Symlink,
+}
+
+impl Raw {
+    pub fn name(self) -> &'static str {
+        match self {
+            Raw::Hardlink => "hardlink",
+            Raw::Reflink => "reflink",
+            Raw::Copy => "copy",
+            Raw::Symlink => "symlink",
+        }
+    }
+}
+
+const BATCH: usize = 16;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
+}
+
+fn owned(fd: libc::c_int) -> OwnedFd {
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+
+pub fn open_dir(p: &Path) -> io::Result<OwnedFd> {
+    let c = cpath(p)?;
+    cvt(unsafe { libc::open(c.as_ptr(), DIR_FLAGS) }).map(owned)
+}
+
+fn open_dir_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+    cvt(unsafe { libc::openat(dir, name.as_ptr(), DIR_FLAGS) }).map(owned)
+}
+
+fn mkdir_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+    cvt(unsafe { libc::mkdirat(dir, name.as_ptr(), 0o755) })?;
+    open_dir_at(dir, name)
+}
+
+fn open_src(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+    cvt(unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    })
+    .map(owned)
+}
+
+fn create_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    cvt(unsafe { libc::openat(dir, name.as_ptr(), flags, 0o444 as libc::c_uint) }).map(owned)
+}
+
+/// Clone file `name` of directory `src` into directory `dst` under the same name.
+#[cfg(target_os = "linux")]
+fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
+    // <linux/fs.h>: FICLONE = _IOW(0x94, 9, int)
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    let s = open_src(src, name)?;
+    let t = create_at(dst, name)?;
+    cvt(unsafe { libc::ioctl(t.as_raw_fd(), FICLONE as _, s.as_raw_fd()) }).map(|_| ())
+}
+
+#[cfg(target_os = "macos")]
+fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
+    extern "C" {
+        fn clonefileat(
+            src_dirfd: libc::c_int,
+            src: *const libc::c_char,
+            dst_dirfd: libc::c_int,
+            dst: *const libc::c_char,
+            flags: u32,
+        ) -> libc::c_int;
+    }
+    const CLONE_NOFOLLOW: u32 = 0x0001;
+    cvt(unsafe { clonefileat(src, name.as_ptr(), dst, name.as_ptr(), CLONE_NOFOLLOW) }).map(|_| ())
+}
+
+fn copy_fd(src: &OwnedFd, dst: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
+    loop {
+        let n = unsafe { libc::read(src.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let mut off = 0usize;
+        while off < n as usize {
+            let w = unsafe {
+                libc::write(
+                    dst.as_raw_fd(),
+                    buf[off..].as_ptr().cast(),
+                    n as usize - off,
+                )
+            };
+            if w < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            off += w as usize;
+        }
+    }
+}
+
+fn place(
+    m: Raw,
+    f: &FileEnt,
+    src: &[OwnedFd],
+    dst: &[OwnedFd],
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    let d = dst[f.dir].as_raw_fd();
+    match m {
+        Raw::Hardlink => {
+            cvt(unsafe {
+                libc::linkat(
+                    src[f.dir].as_raw_fd(),
+                    f.name.as_ptr(),
+                    d,
+                    f.name.as_ptr(),
+                    0,
+                )
+            })?;
+        }
+        Raw::Symlink => {
+            cvt(unsafe { libc::symlinkat(f.target.as_ptr(), d, f.name.as_ptr()) })?;
+        }
+        Raw::Reflink => clone_at(src[f.dir].as_raw_fd(), d, &f.name)?,
+        Raw::Copy => {
+            if buf.is_empty() {
+                buf.resize(1 << 20, 0);
+            }
+            let s = open_src(src[f.dir].as_raw_fd(), &f.name)?;
+            let t = create_at(d, &f.name)?;
+            copy_fd(&s, &t, buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// Build `dst` (must not exist) from the tree at `src_root` by method `m`; returns the time
+/// it took, from the first mkdir to the last file.
+pub fn run(
+    m: Raw,
+    man: &Manifest,
+    src_root: &Path,
+    dst: &Path,
+    threads: usize,
+) -> io::Result<Duration> {
+    let t = Instant::now();
+    let dc = cpath(dst)?;
+    cvt(unsafe { libc::mkdir(dc.as_ptr(), 0o755) })?;
+    let mut dfds = Vec::with_capacity(man.dirs.len());
+    dfds.push(open_dir(dst)?);
+    for d in &man.dirs[1..] {
+        let fd = mkdir_at(dfds[d.parent].as_raw_fd(), &d.name)?;
+        dfds.push(fd);
+    }
+    let mut sfds = Vec::new();
+    if m != Raw::Symlink {
+        sfds.push(open_dir(src_root)?);
+        for d in &man.dirs[1..] {
+            let fd = open_dir_at(sfds[d.parent].as_raw_fd(), &d.name)?;
+            sfds.push(fd);
+        }
+    }
+    if threads <= 1 {
+        let mut buf = Vec::new();
+        for f in &man.files {
+            place(m, f, &sfds, &dfds, &mut buf)?;
+        }
+    } else {
+        let next = AtomicUsize::new(0);
+        let n = man.files.len();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| -> io::Result<()> {
+                        let mut buf = Vec::new();
+                        loop {
+                            let start = next.fetch_add(BATCH, Ordering::Relaxed);
+                            if start >= n {
+                                return Ok(());
+                            }
+                            for f in &man.files[start..(start + BATCH).min(n)] {
+                                place(m, f, &sfds, &dfds, &mut buf)?;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("bench worker panicked"))
+        })?;
+    }
+    drop(dfds);
+    drop(sfds);
+    Ok(t.elapsed())
+}
+
+/// One btrfs snapshot of subvolume `src` as `dst/<name>`, with `dst` made fresh first.
+pub fn snapshot(src: &Path, dst: &Path, name: &str) -> anyhow::Result<Duration> {
+    use clonestage_engine::platform::{self, cstr, Dir};
+    let t = Instant::now();
+    std::fs::create_dir(dst)?;
+    let d = Dir::open(dst)?;
+    platform::clone_tree(src, &d, &cstr(name)?)?;
+    Ok(t.elapsed())
+}
+
+/// Whether per-file clones work within `dir`.
+pub fn probe_reflink(dir: &Path) -> bool {
+    let (a, b) = (dir.join(".probe-reflink-a"), dir.join(".probe-reflink-b"));
+    let ok = (|| -> io::Result<()> {
+        std::fs::write(&a, b"clonestage bench reflink probe")?;
+        std::fs::create_dir(&b)?;
+        let (s, d) = (open_dir(dir)?, open_dir(&b)?);
+        clone_at(
+            s.as_raw_fd(),
+            d.as_raw_fd(),
+            &cpath(Path::new(".probe-reflink-a"))?,
+        )
+    })()
+    .is_ok();
+    let _ = std::fs::remove_file(&a);
+    let _ = clonestage_engine::remove::remove_tree(&b);
+    ok
+}
+
+/// The filesystem type of `p`.
+#[cfg(target_os = "macos")]
+pub fn fs_type(p: &Path) -> String {
+    let Ok(c) = cpath(p) else {
+        return "unknown".into();
+    };
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
+        return "unknown".into();
+    }
+    let name: Vec<u8> = sf
+        .f_fstypename
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&name).into_owned()
+}
+
+/// The filesystem type of `p` by statfs magic.
+#[cfg(target_os = "linux")]
+pub fn fs_type(p: &Path) -> String {
+    let Ok(c) = cpath(p) else {
+        return "unknown".into();
+    };
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
+        return "unknown".into();
+    }
+    match sf.f_type as i64 {
+        0xEF53 => "ext4".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x794C_7630 => "overlay".into(),
+        0xCA45_1A4E => "bcachefs".into(),
+        0x6969 => "nfs".into(),
+        0x0100_2000 => "zfs".into(),
+        t => format!("0x{t:x}"),
+    }
+}
+
+/// Flush the filesystem holding `p`, so the next timed run starts from a quiet filesystem.
+#[cfg(target_os = "linux")]
+pub fn syncfs(p: &Path) -> io::Result<()> {
+    let fd = open_dir(p)?;
+    cvt(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(|_| ())
+}
+
+/// macOS has no syncfs: sync everything.
+#[cfg(not(target_os = "linux"))]
+pub fn syncfs(_p: &Path) -> io::Result<()> {
+    unsafe { libc::sync() };
+    Ok(())
+}

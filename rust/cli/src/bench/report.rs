@@ -1,0 +1,344 @@
+//! Results: one row per (shape, method, threads), printed as a text table with ratio columns
+//! or as one JSON object per line.
+
+use clonestage_engine::stats::Counters;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+pub struct Row {
+    pub shape: &'static str,
+    pub method: String,
+    /// Threads of a raw method (0 for the engine's stage, which is single-threaded).
+    pub threads: usize,
+    pub files: usize,
+    /// Milliseconds, one per timed run.
+    pub samples: Vec<f64>,
+    /// Stage rows: each timed run's own counters.
+    pub counters: Vec<Counters>,
+    /// Stage rows: the engine's running estimates (per-file µs, tree clone µs) that each
+    /// run's subtree decision used.
+    pub estimates: Vec<(f64, f64)>,
+    /// Loaded rows: the background write rate achieved (MiB/s of new files).
+    pub load_mib_s: Option<f64>,
+}
+
+impl Row {
+    pub fn new(shape: &'static str, method: &str, threads: usize, files: usize) -> Row {
+        Row {
+            shape,
+            method: method.to_string(),
+            threads,
+            files,
+            samples: Vec::new(),
+            counters: Vec::new(),
+            estimates: Vec::new(),
+            load_mib_s: None,
+        }
+    }
+
+    pub fn is_stage(&self) -> bool {
+        self.method.starts_with("stage_")
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.method.ends_with("_loaded")
+    }
+
+    pub fn median(&self) -> f64 {
+        let mut v = self.samples.clone();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    pub fn min(&self) -> f64 {
+        self.samples.iter().copied().fold(f64::NAN, f64::min)
+    }
+
+    /// What placed the files of one run, e.g. "snapshot 1", "reflink 1978",
+    /// "snapshot 1 + reflink 1978" (a stage that built the subtree cache entry, then cloned it).
+    fn run_label(c: &Counters) -> String {
+        let parts: Vec<String> = [
+            ("snapshot", c.snapshot),
+            ("clonefile", c.clonefile),
+            ("reflink", c.reflink),
+            ("hardlink", c.hardlink),
+            ("copy", c.copy),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+        let mut s = if parts.is_empty() {
+            "nothing".to_string()
+        } else {
+            parts.join(" + ")
+        };
+        if c.fallbacks > 0 {
+            s.push_str(&format!(" ({} fallbacks)", c.fallbacks));
+        }
+        s
+    }
+
+    /// The runs' labels, with how many runs had each when they differ.
+    pub fn staged_by(&self) -> Option<String> {
+        if self.counters.is_empty() {
+            return None;
+        }
+        let mut seen: Vec<(String, usize)> = Vec::new();
+        for c in &self.counters {
+            let l = Self::run_label(c);
+            match seen.iter_mut().find(|(k, _)| *k == l) {
+                Some(e) => e.1 += 1,
+                None => seen.push((l, 1)),
+            }
+        }
+        if seen.len() == 1 {
+            return Some(seen.remove(0).0);
+        }
+        let n = self.counters.len();
+        Some(
+            seen.iter()
+                .map(|(l, k)| format!("{l} ({k}/{n})"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
+
+    /// The raw method whose work this stage row did, judged by its most common per-run
+    /// method: a whole-tree clone compares with `snapshot`, per-file staging with the raw
+    /// method of the same name; loaded rows with the loaded raw row.
+    pub fn raw_counterpart(&self) -> Option<String> {
+        if !self.is_stage() || self.counters.is_empty() {
+            return None;
+        }
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &self.counters {
+            let per_file = c.reflink + c.clonefile + c.hardlink + c.copy;
+            // A run that built the subtree entry did the per-file work too: compare with that.
+            let m = if c.snapshot > 0 && per_file == 0 {
+                "snapshot"
+            } else {
+                [
+                    ("reflink", c.reflink + c.clonefile),
+                    ("hardlink", c.hardlink),
+                    ("copy", c.copy),
+                ]
+                .iter()
+                .max_by_key(|(_, n)| *n)
+                .map(|(k, _)| *k)
+                .unwrap_or("hardlink")
+            };
+            *votes.entry(m).or_default() += 1;
+        }
+        let best = votes.iter().max_by_key(|(_, n)| **n).map(|(k, _)| *k)?;
+        Some(if self.is_loaded() {
+            format!("{best}_loaded")
+        } else {
+            best.to_string()
+        })
+    }
+
+    fn counter_sums(&self) -> Value {
+        let mut sum = Counters::default();
+        for c in &self.counters {
+            sum.add(c);
+        }
+        json!({
+            "snapshot": sum.snapshot,
+            "clonefile": sum.clonefile,
+            "reflink": sum.reflink,
+            "hardlink": sum.hardlink,
+            "copy": sum.copy,
+            "directories": sum.directories,
+            "subtree_hits": sum.subtree_hits,
+            "subtree_misses": sum.subtree_misses,
+            "fallbacks": sum.fallbacks,
+            "fallback_reasons": sum.fallback_reasons,
+        })
+    }
+}
+
+/// Median of the per-repetition ratios r_i / b_i (runs of one repetition are close in time,
+/// so this cancels drift between repetitions). Only when both have a run in every repetition.
+fn paired(r: &Row, b: &Row) -> Option<f64> {
+    if r.samples.len() != b.samples.len() || r.samples.is_empty() {
+        return None;
+    }
+    let mut v: Vec<f64> = r
+        .samples
+        .iter()
+        .zip(&b.samples)
+        .map(|(x, y)| x / y)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn find<'a>(rows: &'a [Row], method: &str, threads: usize) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.method == method && (r.threads == threads || r.is_stage()) && !r.samples.is_empty()
+    })
+}
+
+/// The row a row's ratio column divides by: raw hardlink (1 thread) for quiet rows,
+/// `hardlink_loaded` for loaded rows; in a sweep, the same method at 1 thread.
+fn baseline<'a>(rows: &'a [Row], r: &Row, sweep: bool) -> Option<&'a Row> {
+    if sweep {
+        find(rows, &r.method, 1)
+    } else if r.is_loaded() {
+        find(rows, "hardlink_loaded", 1)
+    } else {
+        find(rows, "hardlink", 1)
+    }
+}
+
+fn round3(x: f64) -> Value {
+    if x.is_finite() {
+        json!((x * 1000.0).round() / 1000.0)
+    } else {
+        Value::Null
+    }
+}
+
+/// One JSON object per row: `{"shape","method","files","median_ms","min_ms", ...}`.
+pub fn json_lines(rows: &[Row], fs: &str, sweep: bool) -> Vec<String> {
+    rows.iter()
+        .filter(|r| !r.samples.is_empty())
+        .map(|r| {
+            let mut o = Map::new();
+            o.insert("shape".into(), json!(r.shape));
+            o.insert("method".into(), json!(r.method));
+            o.insert("files".into(), json!(r.files));
+            o.insert("median_ms".into(), round3(r.median()));
+            o.insert("min_ms".into(), round3(r.min()));
+            o.insert("runs".into(), json!(r.samples.len()));
+            o.insert("fs".into(), json!(fs));
+            if !r.is_stage() {
+                o.insert("threads".into(), json!(r.threads));
+            }
+            if let Some(b) = baseline(rows, r, sweep) {
+                let key = if sweep {
+                    "ratio_1thread"
+                } else {
+                    "ratio_hardlink"
+                };
+                o.insert(key.into(), round3(r.median() / b.median()));
+                if let Some(p) = paired(r, b) {
+                    o.insert(format!("{key}_paired"), round3(p));
+                }
+            }
+            if let Some(s) = r.staged_by() {
+                o.insert("staged_by".into(), json!(s));
+                o.insert("counters".into(), r.counter_sums());
+            }
+            if let Some(raw) = r.raw_counterpart() {
+                if let Some(b) = find(rows, &raw, 1) {
+                    o.insert("vs_raw".into(), json!(raw));
+                    o.insert("vs_raw_median".into(), round3(r.median() / b.median()));
+                    o.insert("vs_raw_min".into(), round3(r.min() / b.min()));
+                    if let Some(p) = paired(r, b) {
+                        o.insert("vs_raw_paired".into(), round3(p));
+                    }
+                }
+            }
+            if !r.estimates.is_empty() {
+                let f: Vec<Value> = r.estimates.iter().map(|e| json!(e.0.round())).collect();
+                let t: Vec<Value> = r.estimates.iter().map(|e| json!(e.1.round())).collect();
+                o.insert("engine_file_us".into(), Value::Array(f));
+                o.insert("engine_tree_clone_us".into(), Value::Array(t));
+            }
+            if let Some(l) = r.load_mib_s {
+                o.insert("load_mib_s".into(), round3(l));
+            }
+            o.insert(
+                "samples_ms".into(),
+                Value::Array(r.samples.iter().map(|s| round3(*s)).collect()),
+            );
+            Value::Object(o).to_string()
+        })
+        .collect()
+}
+
+/// The text table for one shape.
+pub fn table(rows: &[Row], sweep: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let b = if sweep { "1t" } else { "hl" };
+    let _ = write!(
+        out,
+        "{:<18} {:>7} {:>4} {:>10} {:>10} {:>7} {:>7}",
+        "method",
+        "threads",
+        "runs",
+        "median ms",
+        "min ms",
+        format!("med/{b}"),
+        format!("min/{b}")
+    );
+    if !sweep {
+        let _ = write!(out, "  {:<31} staged by", "vs raw: med  min  paired");
+    }
+    out.push('\n');
+    for r in rows.iter().filter(|r| !r.samples.is_empty()) {
+        let (rm, rn) = match baseline(rows, r, sweep) {
+            Some(b) => (
+                format!("{:.2}", r.median() / b.median()),
+                format!("{:.2}", r.min() / b.min()),
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        let threads = if r.is_stage() {
+            "-".to_string()
+        } else {
+            r.threads.to_string()
+        };
+        let _ = write!(
+            out,
+            "{:<18} {:>7} {:>4} {:>10.2} {:>10.2} {:>7} {:>7}",
+            r.method,
+            threads,
+            r.samples.len(),
+            r.median(),
+            r.min(),
+            rm,
+            rn
+        );
+        if !sweep {
+            let vs = r
+                .raw_counterpart()
+                .and_then(|raw| {
+                    find(rows, &raw, 1).map(|b| {
+                        let p = paired(r, b)
+                            .map(|p| format!("{p:.2}"))
+                            .unwrap_or_else(|| "-".into());
+                        format!(
+                            "{:.2} {:.2} {:>5} {}",
+                            r.median() / b.median(),
+                            r.min() / b.min(),
+                            p,
+                            raw
+                        )
+                    })
+                })
+                .unwrap_or_default();
+            let _ = write!(out, "  {:<31} {}", vs, r.staged_by().unwrap_or_default());
+        }
+        out.push('\n');
+    }
+    if let Some(l) = rows.iter().find_map(|r| r.load_mib_s) {
+        let _ = writeln!(
+            out,
+            "(loaded rows: background writer created {l:.0} MiB/s of 64 KiB files, never synced)"
+        );
+    }
+    out
+}
