@@ -20,11 +20,14 @@
 // With --stats FILE, the JSON described in stats.h is written atomically
 // before exiting; its exit_code is the wrapper's exit code.
 
+#include <stdio.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cc/child.h"
 #include "cc/exit-codes.h"
+#include "cc/logging.h"
 #include "cc/process-tools.h"
 #include "cc/spawn-options.h"
 #include "cc/stats.h"
@@ -59,6 +62,16 @@ Stats StatsFor(const RunResult& run) {
 
 int Main(int argc, char** argv) {
   const Options opt = ParseOptions(argc, argv);
+  if (opt.die_with_parent != 0) {
+    // A SIGTERM arriving before RunSupervised() installs its handler ends
+    // the wrapper at once, which is right: nothing has been started yet.
+    RequestParentDeathSignal();
+    if (getppid() != opt.die_with_parent) {
+      fprintf(stderr, "%s: the parent process %d has ended; not running %s\n",
+              kProgramName, static_cast<int>(opt.die_with_parent), opt.args[0]);
+      return kExitWrapperFailure;
+    }
+  }
   const ChildIo io = OpenChildIo(opt);
   EnableChildSubreaper();
   const RunResult run = RunSupervised(opt, io);

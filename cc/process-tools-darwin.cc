@@ -62,6 +62,8 @@ void SleepOneMillisecond() {
 
 bool EnableChildSubreaper() { return false; }
 
+bool RequestParentDeathSignal() { return false; }
+
 void WaitForExitWithoutReaping(pid_t pid) {
   // kqueue descriptors are not inherited by fork(), so no O_CLOEXEC needed.
   const int kq = kqueue();

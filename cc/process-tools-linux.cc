@@ -97,6 +97,13 @@ bool EnableChildSubreaper() {
   return true;
 }
 
+bool RequestParentDeathSignal() {
+  if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) == -1) {
+    DIE("prctl(PR_SET_PDEATHSIG)");
+  }
+  return true;
+}
+
 void WaitForExitWithoutReaping(pid_t pid) {
   siginfo_t info;
   while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) ==

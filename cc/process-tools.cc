@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,9 +51,10 @@ void ResetSignalsForExec() {
 
 bool ArmTimer(double secs) {
   struct itimerval timer = {};
-  // it_interval stays zero: one shot.
-  const double whole = floor(secs);
-  timer.it_value.tv_sec = static_cast<time_t>(whole);
+  // it_interval stays zero: one shot. secs is never negative (options are
+  // checked), so truncating is floor(); no libm for the wrapper to load.
+  timer.it_value.tv_sec = static_cast<time_t>(secs);
+  const double whole = static_cast<double>(timer.it_value.tv_sec);
   timer.it_value.tv_usec = static_cast<suseconds_t>((secs - whole) * 1e6);
   if (secs > 0 && timer.it_value.tv_sec == 0 && timer.it_value.tv_usec == 0) {
     timer.it_value.tv_usec = 1;  // Below 1us: fire now rather than never.

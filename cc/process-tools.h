@@ -59,6 +59,12 @@ int64_t MonotonicMicros();
 // such feature (macOS; Linux before 3.4).
 bool EnableChildSubreaper();
 
+// Asks for SIGTERM when the parent (thread) that started this process ends.
+// Returns false where the OS has no such feature (macOS). Afterwards the
+// caller checks getppid(): a parent that ended before the request was made
+// is not signalled.
+bool RequestParentDeathSignal();
+
 // Blocks until the child `pid` has exited, without reaping it: the zombie
 // keeps its pid and so its process group id reserved, so killing -pid can
 // never hit an unrelated group. Retries on EINTR, so signal handlers run

@@ -39,7 +39,11 @@ const char kUsage[] =
     "  --stats FILE       on exit, atomically write to FILE the JSON object\n"
     "                     {\"exit_code\": N, \"signal\": N, \"timed_out\": B,\n"
     "                     \"wall_us\": N, \"user_us\": N, \"sys_us\": N,\n"
-    "                     \"max_rss_kb\": N}\n"
+    "                     \"max_rss_kb\": N}; FILE - writes it to stdout\n"
+    "  --die_with_parent PID\n"
+    "                     PID is the wrapper's parent; when it ends, act as on\n"
+    "                     SIGTERM (Linux; ignored on macOS). Exits 125 without\n"
+    "                     running COMMAND if PID is not the parent any more\n"
     "  -h, --help         print this text and exit 0\n"
     "\n"
     "Exit codes:\n"
@@ -80,6 +84,17 @@ double ParseSeconds(const char* flag, const char* value) {
   return secs;
 }
 
+pid_t ParsePid(const char* flag, const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  const long pid = strtol(value, &end, 10);
+  if (end == value || *end != '\0' || errno != 0 || pid <= 0 ||
+      pid != static_cast<pid_t>(pid)) {
+    BadUsage("--%s wants a process id, got '%s'", flag, value);
+  }
+  return static_cast<pid_t>(pid);
+}
+
 std::string NonEmpty(const char* flag, const char* value) {
   if (value[0] == '\0') {
     BadUsage("--%s wants a non-empty path", flag);
@@ -94,6 +109,7 @@ enum Flag {
   kStdout,
   kStderr,
   kStats,
+  kDieWithParent,
 };
 
 }  // namespace
@@ -106,6 +122,7 @@ Options ParseOptions(int argc, char** argv) {
       {"stdout", required_argument, nullptr, kStdout},
       {"stderr", required_argument, nullptr, kStderr},
       {"stats", required_argument, nullptr, kStats},
+      {"die_with_parent", required_argument, nullptr, kDieWithParent},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -134,6 +151,9 @@ Options ParseOptions(int argc, char** argv) {
         break;
       case kStats:
         opt.stats_path = NonEmpty("stats", optarg);
+        break;
+      case kDieWithParent:
+        opt.die_with_parent = ParsePid("die_with_parent", optarg);
         break;
       case 'h':
         fputs(kUsage, stdout);

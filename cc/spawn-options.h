@@ -9,6 +9,8 @@
 #ifndef CLONESTAGE_CC_SPAWN_OPTIONS_H_
 #define CLONESTAGE_CC_SPAWN_OPTIONS_H_
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -38,8 +40,17 @@ struct Options {
   std::string stderr_path;
 
   // --stats: file to write the resource statistics JSON to when the command
-  // has ended (see stats.h). Empty: no statistics.
+  // has ended (see stats.h); "-" writes it to the wrapper's own stdout (use
+  // with --stdout, or COMMAND's output mixes with it). Empty: no statistics.
   std::string stats_path;
+
+  // --die_with_parent: the pid of the process starting the wrapper. When it
+  // ends, the wrapper gets SIGTERM (Linux PR_SET_PDEATHSIG; forwarded to the
+  // command like any SIGTERM); if the wrapper's parent is not this pid when
+  // the wrapper starts, it has ended already and the wrapper exits 125
+  // without running the command. 0 (the default): not wanted. No effect on
+  // macOS, which has no such signal.
+  pid_t die_with_parent = 0;
 
   // COMMAND and its arguments, followed by a nullptr as execvp() wants.
   // The strings point into argv.

@@ -31,6 +31,16 @@ std::string FormatStatsJson(const Stats& stats) {
 
 bool WriteStatsFile(const std::string& path, const Stats& stats) {
   const std::string json = FormatStatsJson(stats);
+  if (path == "-") {
+    // The wrapper's own stdout (a pipe its caller reads): no file to create,
+    // rename and remove. COMMAND's stdout went to --stdout, not here.
+    if (WriteAll(STDOUT_FILENO, json.data(), json.size())) {
+      return true;
+    }
+    fprintf(stderr, "%s: cannot write the stats to stdout: %s\n", kProgramName,
+            strerror(errno));
+    return false;
+  }
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   const int fd = OpenForWriting(tmp);
   const char* failed = "open";

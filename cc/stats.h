@@ -35,8 +35,9 @@ struct Stats {
 // The JSON object described above, with a trailing newline.
 std::string FormatStatsJson(const Stats& stats);
 
-// Writes FormatStatsJson(stats) to path atomically. Returns false with a
-// message on stderr (naming the path and errno) on failure.
+// Writes FormatStatsJson(stats) to path atomically, or to the wrapper's own
+// stdout when path is "-". Returns false with a message on stderr (naming
+// the path and errno) on failure.
 bool WriteStatsFile(const std::string& path, const Stats& stats);
 
 }  // namespace clonestage

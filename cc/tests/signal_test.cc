@@ -4,6 +4,8 @@
 // is only sent when the wrapper is supervising it.
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -91,6 +93,50 @@ TEST(SignalTest, ForwardsSigtermWhenWrapperStartsWithItBlocked) {
   const SpawnResult r = spawn.Wait();
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
 }
+
+TEST(SignalTest, DieWithParentRefusesWhenTheParentIsGone) {
+  // PID 1 is not the wrapper's parent (this test is): as if the parent had
+  // ended before the wrapper started.
+  const std::string marker = MakeTempDir() + "/ran";
+  const SpawnResult r = RunSpawn(
+      {"--die_with_parent", "1", "--", "/bin/sh", "-c", "echo x > " + marker});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find("has ended"), std::string::npos) << r.err;
+  EXPECT_FALSE(FileExists(marker));
+  EXPECT_EQ(RunSpawn({"--die_with_parent", "x", "--", "true"}).exit_code, 125);
+}
+
+#ifdef __linux__
+TEST(SignalTest, DieWithParentStopsTheCommandWhenTheParentEnds) {
+  // A shell starts the wrapper in the background with its own pid, waits
+  // until the command runs and exits: the wrapper gets SIGTERM and forwards
+  // it, so the command ends within the kill delay.
+  const std::string dir = MakeTempDir();
+  const std::string pid_file = dir + "/pid";
+  const std::string script =
+      "'" + SpawnPath() + "' --die_with_parent $$ --kill_delay 1 -- /bin/sh -c " +
+      "'echo $$ > " + pid_file + ".tmp; mv " + pid_file + ".tmp " + pid_file +
+      "; exec sleep 30' </dev/null >/dev/null 2>&1 & " +
+      "while ! [ -s " + pid_file + " ]; do sleep 0.01; done; exit 0";
+  const pid_t sh = fork();
+  ASSERT_NE(sh, -1);
+  if (sh == 0) {
+    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(sh, &status, 0), sh);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const pid_t command = ReadPid(pid_file);
+  ASSERT_GT(command, 0);
+  const double start = NowSecs();
+  while (ProcessExists(command) && NowSecs() - start < 10) {
+    usleep(10000);
+  }
+  EXPECT_FALSE(ProcessExists(command));
+  EXPECT_LT(NowSecs() - start, 5);
+}
+#endif
 
 }  // namespace
 }  // namespace testing

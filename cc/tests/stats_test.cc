@@ -33,6 +33,19 @@ long long Number(const std::vector<std::pair<std::string, std::string>>& json,
   return std::stoll(JsonValue(json, key));
 }
 
+TEST(StatsTest, DashWritesTheStatsToTheWrappersStdout) {
+  const std::string dir = MakeTempDir();
+  const std::string out = dir + "/out";
+  const SpawnResult r = RunSpawn(
+      {"--stdout", out, "--stats", "-", "--", "/bin/sh", "-c", "echo hi; exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(ReadFileOrEmpty(out), "hi\n");
+  const auto json = ParseFlatJson(r.out);
+  EXPECT_EQ(JsonValue(json, "exit_code"), "3") << r.out;
+  EXPECT_EQ(JsonValue(json, "timed_out"), "false") << r.out;
+  EXPECT_EQ(ListDir(dir), std::vector<std::string>{"out"});
+}
+
 TEST(StatsTest, HasExactlyTheContractKeysInOrder) {
   const std::string stats = MakeTempDir() + "/stats.json";
   const SpawnResult r = RunSpawn({"--stats", stats, "--", "true"});

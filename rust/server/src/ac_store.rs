@@ -30,6 +30,12 @@ impl AcStore {
         self.dir.join(&d.hex()[..2]).join(d.file_name())
     }
 
+    /// Whether an entry for `d` exists (one stat; no blob checks). A false answer is final, so
+    /// a lookup miss can answer without leaving the request's thread.
+    pub fn has_entry(&self, d: &Digest) -> bool {
+        std::fs::symlink_metadata(self.path(d)).is_ok()
+    }
+
     /// The stored result, if any and if all its blobs are present.
     pub fn get(&self, cache: &Cache, d: &Digest) -> Result<Option<ActionResult>, Failure> {
         let p = self.path(d);

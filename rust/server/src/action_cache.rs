@@ -4,7 +4,6 @@
 //! Lookups count as `action_cache_hits` / `action_cache_misses` in `clonestage stats`.
 
 use crate::state::State;
-use crate::stats;
 use crate::status::{blocking, check_digest_function, digest_arg, Failure};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use pb::action_cache_server::ActionCache;
@@ -44,17 +43,19 @@ impl ActionCache for ActionCacheService {
         let req = request.into_inner();
         check_digest_function(req.digest_function)?;
         let d = digest_arg(req.action_digest.as_ref(), "action_digest")?;
+        // Most lookups are misses of new actions: one stat, answered without a thread hop.
+        if !self.state.ac.has_entry(&d) {
+            self.state.count("action_cache_misses");
+            return Err(Status::not_found(format!("no action result for {d}")));
+        }
         let state = self.state.clone();
         let r = blocking(move || {
             let r = state.ac.get(&state.cache, &d)?;
-            stats::count(
-                &state.layout.cache,
-                if r.is_some() {
-                    "action_cache_hits"
-                } else {
-                    "action_cache_misses"
-                },
-            );
+            state.count(if r.is_some() {
+                "action_cache_hits"
+            } else {
+                "action_cache_misses"
+            });
             Ok(r.map(|mut r| {
                 inline_std(&state, &mut r, req.inline_stdout, req.inline_stderr);
                 r
@@ -92,7 +93,7 @@ impl ActionCache for ActionCacheService {
                 });
             }
             state.ac.put(&d, &result)?;
-            stats::count(&state.layout.cache, "action_cache_updates");
+            state.count("action_cache_updates");
             Ok(result)
         })
         .await?;

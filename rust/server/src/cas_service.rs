@@ -14,6 +14,10 @@ use std::sync::Arc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status};
 
+/// FindMissingBlobs with at most this many digests is answered on the request's own thread
+/// (one stat each; Bazel asks about 4 to 10 for a small action).
+const INLINE_FIND_MISSING: usize = 64;
+
 /// Directories per GetTree page when the client does not say.
 const DEFAULT_TREE_PAGE: usize = 1000;
 
@@ -60,8 +64,13 @@ impl ContentAddressableStorage for CasService {
             .enumerate()
             .map(|(i, d)| digest_arg(Some(d), &format!("blob_digests[{i}]")))
             .collect::<Result<Vec<Digest>, _>>()?;
-        let cache = self.state.cache.clone();
-        let missing = blocking(move || Ok(cache.find_missing(&digests))).await?;
+        // A few stats are cheaper than a hop to the blocking pool and back.
+        let missing = if digests.len() <= INLINE_FIND_MISSING {
+            self.state.cache.find_missing(&digests)
+        } else {
+            let cache = self.state.cache.clone();
+            blocking(move || Ok(cache.find_missing(&digests))).await?
+        };
         Ok(Response::new(pb::FindMissingBlobsResponse {
             missing_blob_digests: missing.iter().map(Digest::to_proto).collect(),
         }))

@@ -8,7 +8,8 @@
 //! <cache>/server/token       the TCP token, 64 hex digits (0600)
 //! <cache>/server/tcp-port    the loopback port, written once the server is ready
 //! <cache>/work/<id>/         one action's work dir: root/ (the staged input root), stdout,
-//!                            stderr, stats.json; removed after the action, swept at start
+//!                            stderr; removed after the action (by the janitor while no
+//!                            action runs), swept at start
 //! <cache>/ac/<hh>/<hash>-<size>    ActionResult messages keyed by action digest
 //! ```
 //!

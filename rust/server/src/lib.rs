@@ -19,6 +19,7 @@ mod execution;
 mod layout;
 mod listen;
 mod lock;
+mod rpc_timing;
 mod server;
 mod state;
 mod stats;

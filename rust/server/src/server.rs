@@ -19,6 +19,7 @@ use crate::execution::{spawn, workdir, ExecutionService};
 use crate::layout::Layout;
 use crate::listen;
 use crate::lock::ServerLock;
+use crate::rpc_timing::RpcTimingLayer;
 use crate::state::State;
 use crate::ServeOptions;
 use anyhow::{Context, Result};
@@ -91,10 +92,11 @@ fn routes(state: &Arc<State>) -> Routes {
     b.routes()
 }
 
-fn builder() -> Server {
+fn builder() -> Server<tower::layer::util::Stack<RpcTimingLayer, tower::layer::util::Identity>> {
     Server::builder()
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
+        .layer(RpcTimingLayer)
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {
@@ -147,6 +149,9 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         opts.jobs,
         id,
     ));
+    state
+        .start_janitor()
+        .context("start the work-dir janitor")?;
     let routes = routes(&state);
     let (stop, stop_rx) = watch::channel(false);
     let unix_server = builder()
@@ -204,6 +209,7 @@ impl ServerHandle {
     pub async fn shutdown(self, grace: Duration, force: impl Future<Output = ()>) -> Result<()> {
         let state = self.state.clone();
         state.start_draining();
+        state.janitor.hurry();
         let _ = self.stop.send(true);
         tracing::info!(
             running = state.ops.unfinished(),

@@ -5,11 +5,13 @@
 use crate::ac_store::AcStore;
 use crate::bytestream::Uploads;
 use crate::execution::operations::Operations;
+use crate::execution::workdir::Janitor;
 use crate::layout::Layout;
-use clonestage_engine::{Cache, Stager};
+use clonestage_engine::stats::Counters;
+use clonestage_engine::{Cache, Digest, Stager};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 
 pub(crate) struct State {
@@ -26,6 +28,26 @@ pub(crate) struct State {
     draining: AtomicBool,
     /// Cleanup tasks still running (`background`); shutdown waits for them.
     background: AtomicUsize,
+    /// Finished actions' work dirs, removed while no action runs.
+    pub janitor: Arc<Janitor>,
+    /// Counter deltas and staged roots not yet written to stats.json / access.log: requests
+    /// only add to them; one background flush at a time writes what has accumulated.
+    pending: Mutex<PendingStats>,
+    flush_scheduled: AtomicBool,
+}
+
+/// While actions run, pending counters are written at most this long after they changed.
+const STATS_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often a pending flush looks whether the actions have ended.
+const STATS_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What `State::flush_stats` writes next.
+#[derive(Default)]
+pub(crate) struct PendingStats {
+    /// Engine counters of stagings plus the server's own (`extra`).
+    pub counters: Counters,
+    /// Input roots staged, for the cache's access log (LRU eviction).
+    pub roots: Vec<Digest>,
 }
 
 impl State {
@@ -49,6 +71,53 @@ impl State {
             worker: format!("clonestage@{}", hostname()),
             draining: AtomicBool::new(false),
             background: AtomicUsize::new(0),
+            janitor: Arc::new(Janitor::default()),
+            pending: Mutex::new(PendingStats::default()),
+            flush_scheduled: AtomicBool::new(false),
+        }
+    }
+
+    /// Add one to the server counter `key` (written to stats.json off the request's path).
+    pub fn count(self: &Arc<Self>, key: &str) {
+        self.add_stats(|p| *p.counters.extra.entry(key.to_string()).or_default() += 1);
+    }
+
+    /// Change the pending figures and make sure a flush follows. Never blocks on the file:
+    /// a request pays a mutex and, when no flush is pending, a task spawn. The flush waits
+    /// while actions run (at most `STATS_FLUSH_EVERY`), so a build rewrites stats.json a few
+    /// times a second rather than twice per action, and happens within `STATS_IDLE_POLL` of
+    /// the last action ending: `clonestage stats` after a build sees it.
+    pub fn add_stats(self: &Arc<Self>, f: impl FnOnce(&mut PendingStats)) {
+        f(&mut self.pending.lock().unwrap());
+        if self.flush_scheduled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.background.fetch_add(1, Ordering::SeqCst);
+        let state = self.clone();
+        tokio::spawn(async move {
+            let start = std::time::Instant::now();
+            while state.ops.unfinished() > 0 && start.elapsed() < STATS_FLUSH_EVERY {
+                tokio::time::sleep(STATS_IDLE_POLL).await;
+            }
+            let s = state.clone();
+            let _ = tokio::task::spawn_blocking(move || s.flush_stats()).await;
+            state.background.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
+    /// Write the pending figures: one access-log append per staged root and one
+    /// read-add-rewrite of stats.json under its flock for everything that accumulated.
+    fn flush_stats(&self) {
+        // Cleared before taking: an add after this point schedules the next flush.
+        self.flush_scheduled.store(false, Ordering::SeqCst);
+        let p = std::mem::take(&mut *self.pending.lock().unwrap());
+        for root in &p.roots {
+            self.cache.note_access(root);
+        }
+        if p.counters != Counters::default() {
+            if let Err(e) = clonestage_engine::stats::record(self.cache.root(), &p.counters) {
+                tracing::warn!(error = %e, "cannot update the cache's counters");
+            }
         }
     }
 
@@ -68,7 +137,14 @@ impl State {
 
     /// Actions accepted and not answered yet, plus cleanups still running.
     pub fn busy(&self) -> usize {
-        self.ops.unfinished() + self.background.load(Ordering::SeqCst)
+        self.ops.unfinished() + self.background.load(Ordering::SeqCst) + self.janitor.pending()
+    }
+
+    /// Start the janitor thread (it ends once the server state is gone and its queue empty).
+    pub fn start_janitor(self: &Arc<Self>) -> std::io::Result<()> {
+        let weak = Arc::downgrade(self);
+        self.janitor
+            .spawn(move || weak.upgrade().map(|s| s.ops.unfinished()))
     }
 
     pub fn start_draining(&self) {

@@ -8,12 +8,15 @@
 //!   `action_cache_misses`: GetActionResult lookups that did not (an Execute after one does
 //!   not count it twice);
 //!   `action_cache_updates`: results stored by clients;
-//! - `action_exec_us_total`: wall time of executed commands;
+//! - `action_exec_us_total`: wall time of executed commands (measured by the wrapper);
+//!   `action_spawn_us_total`: the same plus the wrapper's own start and end, as the server
+//!   saw it; `action_serve_us_total`: from accepting each Execute to its response;
 //! - `stage_us_le_<N>` (and `stage_us_le_inf`): how many stagings took at most N µs, a fixed
 //!   histogram that `stage_percentiles` turns into p50/p90/p99.
 
-use clonestage_engine::stats::{self, Counters};
-use std::path::Path;
+use clonestage_engine::stats::Counters;
+#[cfg(test)]
+use {clonestage_engine::stats, std::path::Path};
 
 /// Upper bounds of the staging-time histogram buckets, in microseconds.
 pub const STAGE_BUCKETS_US: [u64; 15] = [
@@ -71,11 +74,9 @@ pub fn stage_percentiles(c: &Counters) -> Vec<(u32, u64)> {
         .collect()
 }
 
-/// Add one to counter `key` (errors are logged: figures must never fail a request).
-pub(crate) fn count(cache: &Path, key: &str) {
-    add(cache, &[(key, 1)]);
-}
-
+/// Add counters `deltas` to stats.json now (errors are logged: figures must never fail a
+/// request). The server itself goes through `State::add_stats`, which batches them.
+#[cfg(test)]
 pub(crate) fn add(cache: &Path, deltas: &[(&str, u64)]) {
     let r = stats::update(cache, |c| {
         for (k, v) in deltas {
@@ -87,30 +88,47 @@ pub(crate) fn add(cache: &Path, deltas: &[(&str, u64)]) {
     }
 }
 
+#[cfg(test)]
+pub(crate) fn count(cache: &Path, key: &str) {
+    add(cache, &[(key, 1)]);
+}
+
 /// How an executed action ended, for the counters.
 pub(crate) struct ActionFigures {
     pub stage_us: Option<u64>,
     pub exec_us: u64,
+    /// From starting the wrapper to having its stats (the wrapper's own cost plus `exec_us`).
+    pub spawn_us: u64,
+    /// From accepting the Execute to its response being ready.
+    pub serve_us: u64,
     pub failed: bool,
     pub timed_out: bool,
 }
 
-pub(crate) fn record_action(cache: &Path, f: &ActionFigures) {
-    let mut deltas: Vec<(String, u64)> = vec![
-        ("actions".into(), 1),
-        ("action_exec_us_total".into(), f.exec_us),
-    ];
+/// Add an executed action's figures to `c.extra`.
+pub(crate) fn add_action(c: &mut Counters, f: &ActionFigures) {
+    let mut add = |k: &str, v: u64| *c.extra.entry(k.to_string()).or_default() += v;
+    add("actions", 1);
+    add("action_exec_us_total", f.exec_us);
+    add("action_spawn_us_total", f.spawn_us);
+    add("action_serve_us_total", f.serve_us);
     if f.failed {
-        deltas.push(("action_failures".into(), 1));
+        add("action_failures", 1);
     }
     if f.timed_out {
-        deltas.push(("action_timeouts".into(), 1));
+        add("action_timeouts", 1);
     }
     if let Some(us) = f.stage_us {
-        deltas.push((bucket_key(us), 1));
+        add(&bucket_key(us), 1);
     }
-    let refs: Vec<(&str, u64)> = deltas.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    add(cache, &refs);
+}
+
+#[cfg(test)]
+pub(crate) fn record_action(cache: &Path, f: &ActionFigures) {
+    let r = stats::update(cache, |c| add_action(c, f));
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "cannot update server counters");
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +162,8 @@ mod tests {
             &ActionFigures {
                 stage_us: Some(700),
                 exec_us: 5,
+                spawn_us: 6,
+                serve_us: 9,
                 failed: true,
                 timed_out: false,
             },

@@ -75,6 +75,14 @@ pub(crate) fn executed_metadata(
     }
 }
 
+/// Microseconds from `a` to `b` (0 when either is unset or time went backwards).
+pub(crate) fn span_us(a: Option<SystemTime>, b: Option<SystemTime>) -> u64 {
+    match (a, b) {
+        (Some(a), Some(b)) => b.duration_since(a).map_or(0, |d| d.as_micros() as u64),
+        _ => 0,
+    }
+}
+
 fn num(v: u64) -> Value {
     Value {
         kind: Some(Kind::NumberValue(v as f64)),

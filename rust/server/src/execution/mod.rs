@@ -42,6 +42,38 @@ fn error_response(f: &Failure) -> pb::ExecuteResponse {
     }
 }
 
+/// What the first trip to the blocking pool found.
+enum Checked {
+    /// The action cache answered.
+    Hit(pb::ActionResult),
+    /// Checked, not in the cache; waits for a job slot.
+    Ready(action::Prepared),
+    /// A job slot was free at once, so the action also ran in the same trip.
+    Ran(Box<(action::Prepared, Result<run::Executed, Failure>)>),
+}
+
+/// Whether a run's result goes into the action cache.
+fn cacheable(p: &action::Prepared, ex: &run::Executed) -> bool {
+    ex.stats.exit_code == 0 && !ex.stats.timed_out && ex.tampered == 0 && !p.do_not_cache
+}
+
+/// Run a checked action in its job slot and record a cacheable result (blocking).
+fn run_and_record(
+    state: &State,
+    p: &action::Prepared,
+    op: &Op,
+    t: metadata::Timeline,
+) -> Result<run::Executed, Failure> {
+    op.set_stage(pb::execution_stage::Value::Executing);
+    let ex = run::run(state, p, &op.control, t)?;
+    if cacheable(p, &ex) {
+        if let Err(f) = state.ac.put(&p.digest, &ex.result) {
+            tracing::warn!(action = %p.digest, error = %f.message(), "cannot record action result");
+        }
+    }
+    Ok(ex)
+}
+
 /// Drive one Execute to its final response.
 async fn respond(
     state: Arc<State>,
@@ -49,13 +81,20 @@ async fn respond(
     req: pb::ExecuteRequest,
     digest: Digest,
 ) -> pb::ExecuteResponse {
-    let mut timeline = metadata::Timeline {
-        queued: metadata::now(),
+    let queued = metadata::now();
+    let timeline = metadata::Timeline {
+        queued,
         ..Default::default()
     };
-    let prepared = {
-        let state = state.clone();
+    // With a job slot free now, checking, the cache lookup, the run and recording its result
+    // take one trip to the blocking pool: each trip costs two thread wake-ups, which a loaded
+    // machine makes expensive.
+    let early = state.jobs.clone().try_acquire_owned().ok();
+    let checked = {
+        let (state, op) = (state.clone(), op.clone());
         let skip = req.skip_cache_lookup;
+        let (so, se) = (req.inline_stdout, req.inline_stderr);
+        let t = timeline.clone();
         blocking(move || {
             let p = action::prepare(&state.cache, digest)?;
             let hit = if skip || p.do_not_cache {
@@ -64,24 +103,25 @@ async fn respond(
                 state.ac.get(&state.cache, &digest)?
             };
             // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
-            if hit.is_some() {
-                stats::count(&state.layout.cache, "action_cache_hits");
+            if let Some(mut hit) = hit {
+                state.count("action_cache_hits");
+                inline_std(&state, &mut hit, so, se);
+                return Ok(Checked::Hit(hit));
             }
-            Ok((p, hit))
+            match early {
+                Some(permit) => {
+                    let ran = run_and_record(&state, &p, &op, t);
+                    drop(permit);
+                    Ok(Checked::Ran(Box::new((p, ran))))
+                }
+                None => Ok(Checked::Ready(p)),
+            }
         })
         .await
     };
-    let prepared = match prepared {
-        Ok((_, Some(mut hit))) => {
+    let (prepared, ran) = match checked {
+        Ok(Checked::Hit(hit)) => {
             tracing::debug!(action = %digest, "action cache hit");
-            let state2 = state.clone();
-            let (so, se) = (req.inline_stdout, req.inline_stderr);
-            hit = tokio::task::spawn_blocking(move || {
-                inline_std(&state2, &mut hit, so, se);
-                hit
-            })
-            .await
-            .unwrap_or_default();
             return pb::ExecuteResponse {
                 result: Some(hit),
                 cached_result: true,
@@ -92,29 +132,29 @@ async fn respond(
                 ..Default::default()
             };
         }
-        Ok((p, None)) => p,
+        Ok(Checked::Ran(ran)) => *ran,
+        Ok(Checked::Ready(p)) => {
+            op.set_stage(pb::execution_stage::Value::Queued);
+            let permit = tokio::select! {
+                p = state.jobs.clone().acquire_owned() => p.expect("the jobs semaphore is never closed"),
+                _ = op.control.cancelled() => {
+                    return error_response(&Failure::Unavailable("the server is shutting down; action not started".into()));
+                }
+            };
+            let ran = {
+                let (state, op) = (state.clone(), op.clone());
+                let p = p.clone();
+                blocking(move || run_and_record(&state, &p, &op, timeline)).await
+            };
+            drop(permit);
+            (p, ran)
+        }
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action refused");
-            stats::count(&state.layout.cache, "action_errors");
+            state.count("action_errors");
             return error_response(&f);
         }
     };
-
-    op.set_stage(pb::execution_stage::Value::Queued);
-    let permit = tokio::select! {
-        p = state.jobs.clone().acquire_owned() => p.expect("the jobs semaphore is never closed"),
-        _ = op.control.cancelled() => {
-            return error_response(&Failure::Unavailable("the server is shutting down; action not started".into()));
-        }
-    };
-    op.set_stage(pb::execution_stage::Value::Executing);
-    let ran = {
-        let (state, op) = (state.clone(), op.clone());
-        let p = prepared.clone();
-        let t = std::mem::take(&mut timeline);
-        blocking(move || run::run(&state, &p, &op.control, t)).await
-    };
-    drop(permit);
 
     match ran {
         Ok(mut ex) => {
@@ -122,24 +162,23 @@ async fn respond(
             let figures = stats::ActionFigures {
                 stage_us: Some(ex.stage_us),
                 exec_us: ex.stats.wall_us,
+                spawn_us: ex.spawn_us,
+                serve_us: metadata::span_us(queued, metadata::now()),
                 failed: failed && !ex.stats.timed_out,
                 timed_out: ex.stats.timed_out,
             };
-            // Removing the work dir and updating stats.json do not delay the response.
-            state.background(move |state| {
-                state.stager.record(&ex.leftovers.staged);
-                drop(ex.leftovers);
-                stats::record_action(&state.layout.cache, &figures);
+            // The counters and the access log are written by a batched background flush, and
+            // the work dir is removed in the background: neither delays the response.
+            let cached = cacheable(&prepared, &ex);
+            let leftovers = ex.leftovers;
+            state.add_stats(|p| {
+                p.counters.add(&leftovers.staged.counters);
+                p.roots.push(leftovers.staged.root);
+                stats::add_action(&mut p.counters, &figures);
             });
-            let cacheable =
-                !failed && !ex.stats.timed_out && ex.tampered == 0 && !prepared.do_not_cache;
+            state.background(move |state| leftovers.discard(state));
             let mut message = String::new();
-            if cacheable {
-                let (state, r) = (state.clone(), ex.result.clone());
-                if let Err(f) = blocking(move || state.ac.put(&digest, &r)).await {
-                    tracing::warn!(action = %digest, error = %f.message(), "cannot record action result");
-                }
-            } else if ex.tampered > 0 {
+            if !cached && ex.tampered > 0 {
                 message = format!(
                     "the action wrote through {} hardlinked input(s); they were quarantined and the result is not cached",
                     ex.tampered
@@ -159,7 +198,13 @@ async fn respond(
                 }
             };
             inline_std(&state, &mut ex.result, req.inline_stdout, req.inline_stderr);
-            tracing::debug!(action = %digest, exit = ex.stats.exit_code, stage_us = ex.stage_us, "action ran");
+            tracing::debug!(
+                action = %digest,
+                exit = ex.stats.exit_code,
+                stage_us = ex.stage_us,
+                total_us = metadata::span_us(queued, metadata::now()),
+                "action ran"
+            );
             pb::ExecuteResponse {
                 result: Some(ex.result),
                 cached_result: false,
@@ -170,7 +215,7 @@ async fn respond(
         }
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action failed to run");
-            stats::count(&state.layout.cache, "action_errors");
+            state.count("action_errors");
             error_response(&f)
         }
     }

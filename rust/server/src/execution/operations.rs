@@ -22,6 +22,9 @@ use tonic::Status;
 
 pub const KEEP_FINISHED: Duration = Duration::from_secs(10 * 60);
 pub const ABANDON_GRACE: Duration = Duration::from_secs(10);
+/// The first message of a stream waits this long for the operation to finish, so that a short
+/// action's client receives one message (its result) rather than every stage it went through.
+pub const FIRST_UPDATE_AFTER: Duration = Duration::from_millis(100);
 /// An unchanged operation is sent again this often, so idle-stream timeouts never fire.
 pub const RESEND_EVERY: Duration = Duration::from_secs(30);
 
@@ -130,6 +133,15 @@ impl Op {
         let mut rx = self.state.subscribe();
         let op = self.clone();
         tokio::spawn(async move {
+            // Every streamed message costs the client a wake-up (Bazel 4.2.3 blocks a thread
+            // on the stream); an action that ends quickly gets its final state only.
+            if !rx.borrow().done {
+                tokio::select! {
+                    _ = rx.wait_for(|o| o.done) => {}
+                    _ = tokio::time::sleep(FIRST_UPDATE_AFTER) => {}
+                    _ = tx.closed() => {}
+                }
+            }
             loop {
                 let current = rx.borrow_and_update().clone();
                 let done = current.done;

@@ -24,15 +24,24 @@ pub(crate) struct Executed {
     /// Hardlinked inputs the action wrote through (now quarantined).
     pub tampered: usize,
     pub stage_us: u64,
+    /// Starting the wrapper to having its stats.
+    pub spawn_us: u64,
     /// The work dir and the pinned staged root, to drop off the response's critical path.
     pub leftovers: Leftovers,
 }
 
 /// What is left to clean after an action: dropping it removes the work dir and unpins the
-/// input root.
+/// input root; `discard` unpins and queues the work dir for the janitor instead.
 pub(crate) struct Leftovers {
     pub staged: clonestage_engine::StagedRoot,
-    _work: WorkDir,
+    work: WorkDir,
+}
+
+impl Leftovers {
+    pub fn discard(self, state: &State) {
+        drop(self.staged);
+        state.janitor.push(self.work.defer());
+    }
 }
 
 fn std_stream(state: &State, p: &Path) -> Result<Digest, Failure> {
@@ -97,8 +106,6 @@ pub(crate) fn run(
             timeout: p.timeout,
             stdout: &stdout,
             stderr: &stderr,
-            stats: &work.file("stats.json"),
-            wrapper_log: &work.file("wrapper.log"),
         },
         control,
     );
@@ -130,16 +137,27 @@ pub(crate) fn run(
         command: Some(&stats),
     });
     let stage_us = staged.micros;
+    let spawn_us = metadata::span_us(t.exec_start, t.exec_done);
     t.worker_done = now();
+    tracing::debug!(
+        action = %p.digest,
+        queued_us = metadata::span_us(t.queued, t.worker_start),
+        workdir_us = metadata::span_us(t.worker_start, t.fetch_start),
+        stage_us = metadata::span_us(t.fetch_start, t.fetch_done),
+        prespawn_us = metadata::span_us(t.fetch_done, t.exec_start),
+        exec_us = metadata::span_us(t.exec_start, t.exec_done),
+        command_us = stats.wall_us,
+        postexec_us = metadata::span_us(t.exec_done, t.upload_start),
+        outputs_us = metadata::span_us(t.upload_start, t.upload_done),
+        "action phases"
+    );
     r.execution_metadata = Some(metadata::executed_metadata(&state.worker, &t, vec![aux]));
     Ok(Executed {
         result: r,
         stats,
         tampered,
         stage_us,
-        leftovers: Leftovers {
-            staged,
-            _work: work,
-        },
+        spawn_us,
+        leftovers: Leftovers { staged, work },
     })
 }
