@@ -346,6 +346,16 @@ pub async fn empty_root(c: &mut Clients) -> Digest {
 }
 
 /// Entries left in the cache's work dir (must be none between actions).
+/// Work dirs left after the janitor (which removes them off the response path, when no
+/// action runs) had up to 10 s.
+pub async fn work_entries_after_cleanup(cache: &Path) -> Vec<String> {
+    let t0 = std::time::Instant::now();
+    while !work_entries(cache).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    work_entries(cache)
+}
+
 pub fn work_entries(cache: &Path) -> Vec<String> {
     std::fs::read_dir(cache.join("work"))
         .map(|rd| {
