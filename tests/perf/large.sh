@@ -200,6 +200,14 @@ n_act="$(dd actions "$cs_after" "$cs_before")"
 per_act() { awk -v a="$(dd "$1" "$cs_after" "$cs_before")" -v n="$n_act" 'BEGIN {if (n > 0) printf "%.1f", a/n/1000; else print "n/a"}'; }
 rb_hits="$(dd action_cache_hits "$rb_after" "$rb_before")"
 rb_runs="$(dd actions "$rb_after" "$rb_before")"
+# Each round ran the three configurations back to back: their ratios within a
+# round are the least disturbed by load that changes from minute to minute.
+round_ratios=()
+round_sratios=()
+for i in "${!l_ms[@]}"; do
+  round_ratios+=("$(awk -v a="${c_ms[$i]}" -v b="${l_ms[$i]}" 'BEGIN {printf "%.2f", a/b}')")
+  round_sratios+=("$(awk -v a="${s_ms[$i]}" -v b="${l_ms[$i]}" 'BEGIN {printf "%.2f", a/b}')")
+done
 mrc="$(perf_median "${rb_cs[@]}")"
 mrl="$(perf_median "${rb_local[@]}")"
 
@@ -223,6 +231,7 @@ $(summary_staging)
   min    local $(perf_min "${l_ms[@]}"), sandboxed $(perf_min "${s_ms[@]}"), clonestage $(perf_min "${c_ms[@]}")
   clonestage / local:  $(ratio "$mc" "$ml") (medians), $(ratio "$(perf_min "${c_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)   target <= 1.10
   sandboxed / local:   $(ratio "$ms_" "$ml") (medians), $(ratio "$(perf_min "${s_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)
+  per round (same minute): clonestage / local ${round_ratios[*]} (median $(perf_median "${round_ratios[@]}")), sandboxed / local ${round_sratios[*]} (median $(perf_median "${round_sratios[@]}"))
   clonestage - local:  $(awk -v a="$mc" -v b="$ml" 'BEGIN {printf "%+.0f", (a-b)/16}') ms per action (medians; 2 actions run at once)
   server, per clonestage action ($n_act actions): Execute accepted -> response $(per_act action_serve_us_total) ms;
     staging $(per_act stage_us_total) ms; wrapper start -> stats $(per_act action_spawn_us_total) ms, of which the command $(per_act action_exec_us_total) ms

@@ -147,6 +147,7 @@ pub(crate) fn run(
         prespawn_us = metadata::span_us(t.fetch_done, t.exec_start),
         exec_us = metadata::span_us(t.exec_start, t.exec_done),
         command_us = stats.wall_us,
+        command_cpu_us = stats.user_us + stats.sys_us,
         postexec_us = metadata::span_us(t.exec_done, t.upload_start),
         outputs_us = metadata::span_us(t.upload_start, t.upload_done),
         "action phases"

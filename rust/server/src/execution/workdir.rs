@@ -51,6 +51,8 @@ pub(crate) struct Janitor {
     queue: std::sync::Mutex<std::collections::VecDeque<PathBuf>>,
     wake: std::sync::Condvar,
     hurry: std::sync::atomic::AtomicBool,
+    /// A dir taken off the queue and being removed (counted in `pending`).
+    removing: std::sync::atomic::AtomicUsize,
 }
 
 /// How often the janitor looks whether the server is idle.
@@ -66,9 +68,10 @@ impl Janitor {
         self.wake.notify_one();
     }
 
-    /// Dirs not removed yet.
+    /// Dirs not removed yet, the one being removed included.
     pub fn pending(&self) -> usize {
-        self.queue.lock().unwrap().len()
+        let q = self.queue.lock().unwrap();
+        q.len() + self.removing.load(Ordering::SeqCst)
     }
 
     /// Remove what is queued without waiting for idleness (shutdown).
@@ -107,6 +110,9 @@ impl Janitor {
                         }
                         let hurry = gone || self.hurry.load(Ordering::SeqCst);
                         if hurry || quiet >= QUIET || q.len() > MAX_PENDING {
+                            // Counted before it leaves the queue (both under the lock), so
+                            // `pending` never reads zero while a dir still exists.
+                            self.removing.fetch_add(1, Ordering::SeqCst);
                             break q.pop_front();
                         }
                     }
@@ -122,6 +128,7 @@ impl Janitor {
                     remove_us = t0.elapsed().as_micros() as u64,
                     "work dir removed"
                 );
+                self.removing.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
@@ -335,7 +342,8 @@ mod tests {
         assert_eq!(j.pending(), 1);
         running.store(0, Ordering::SeqCst);
         let t0 = std::time::Instant::now();
-        while dir.exists() && t0.elapsed() < std::time::Duration::from_secs(10) {
+        while (dir.exists() || j.pending() > 0) && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
             std::thread::sleep(POLL);
         }
         assert!(!dir.exists());
