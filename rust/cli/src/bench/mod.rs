@@ -434,8 +434,10 @@ impl Ctx<'_> {
 
     fn raw(&mut self, m: Raw, method: &str, threads: usize) -> Result<()> {
         let dest = self.dest(method);
+        let cpu = thread_cpu_us();
         let d = raw::run(m, &self.man, &self.src, &dest, threads)
             .with_context(|| format!("{method} into {}", dest.display()))?;
+        trace_cpu(method, d, cpu);
         if self.recording {
             let row = self
                 .rows
@@ -472,11 +474,13 @@ impl Ctx<'_> {
         };
         // The engine's running cost estimates this stage decides with (not timed).
         let prof = stager.profile_for(&self.dst)?;
+        let cpu = thread_cpu_us();
         let t = Instant::now();
         let staged = stager
             .stage(&req)
             .with_context(|| format!("{method} into {}", dest.display()))?;
         let d = t.elapsed();
+        trace_cpu(method, d, cpu);
         stager.record(&staged);
         let c = staged.counters.clone();
         if method == "stage_warm" && c.hardlink > 0 && self.recording {
@@ -505,6 +509,28 @@ impl Ctx<'_> {
         clonestage_engine::remove::remove_tree(&dest)?;
         Ok(c)
     }
+}
+
+/// This thread's user + system CPU time, µs.
+fn thread_cpu_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_THREAD_CPUTIME_ID exists on Linux and macOS.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// Wall against CPU of one timed run (`CLONESTAGE_LOG=clonestage=debug`): where a method's
+/// wall time exceeds its CPU time, it waited (I/O, locks, journal) or was preempted.
+fn trace_cpu(method: &str, wall: Duration, cpu_before: u64) {
+    tracing::debug!(
+        method,
+        wall_us = wall.as_micros() as u64,
+        cpu_us = thread_cpu_us().saturating_sub(cpu_before),
+        "timed run"
+    );
 }
 
 /// Stage with `stager` until a run takes its subtree from the subtree cache (at most 4

@@ -32,6 +32,7 @@ use crate::error::{IoContext, Result};
 use crate::platform::Dir;
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -108,6 +109,8 @@ pub struct Cache {
     pins: Arc<pins::PinTable>,
     /// Source devices from which cloning into the cache failed: copy from them directly.
     no_clone_from: Mutex<HashMap<u64, ()>>,
+    /// The device the cache's files live on (of `tmp/`, where every blob is written first).
+    dev: u64,
 }
 
 impl Cache {
@@ -129,7 +132,10 @@ impl Cache {
             Dir::open(&p).ctx("open", &p)
         };
         let (tmp, blobs, exec) = (open("tmp")?, open("blobs")?, open("exec")?);
+        #[allow(clippy::unnecessary_cast)] // dev_t is i32 on macOS
+        let dev = tmp.stat().ctx("fstat", root.join("tmp"))?.st_dev as u64;
         Ok(Cache {
+            dev,
             blobs,
             exec,
             pins: Arc::new(pins::PinTable::new(root.join("pins"))),
@@ -141,6 +147,11 @@ impl Cache {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The device the cache's files live on.
+    pub(crate) fn dev(&self) -> u64 {
+        self.dev
     }
 
     fn sharded(&self, dir: &str, d: &Digest, suffix: &str) -> PathBuf {
@@ -226,16 +237,29 @@ impl Cache {
         if d.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let p = self.blob_path(d);
-        match std::fs::read(&p) {
+        // Relative to the open blobs dir, and one read of size + 1 bytes (a longer file shows
+        // up as one byte too many): 3 syscalls instead of std::fs::read's 5 and a path walk.
+        // Staging reads every Directory of a cold tree this way.
+        let rel = RelName::new(d);
+        let read = || -> std::io::Result<Vec<u8>> {
+            use std::io::Read;
+            let mut f = crate::platform::open_read_at(self.blobs.as_raw_fd(), rel.as_cstr())?;
+            let want = usize::try_from(d.size).unwrap_or(usize::MAX - 1);
+            let mut v = Vec::with_capacity(want.saturating_add(1).min(1 << 30));
+            (&mut f)
+                .take(d.size.saturating_add(1))
+                .read_to_end(&mut v)?;
+            Ok(v)
+        };
+        match read() {
             Ok(v) if v.len() as u64 == d.size => Ok(Some(v)),
             Ok(v) => Err(crate::Error::DigestMismatch {
-                what: format!("cached blob {}", p.display()),
+                what: format!("cached blob {}", self.blob_path(d).display()),
                 expected: *d,
                 actual: Digest::of_bytes(&v),
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(crate::Error::io("read", p, e)),
+            Err(e) => Err(crate::Error::io("read", self.blob_path(d), e)),
         }
     }
 

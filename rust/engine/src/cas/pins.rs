@@ -25,6 +25,8 @@ struct Inner {
     /// What the pin file lists now (a superset of `counts`' keys).
     listed: std::collections::HashSet<Digest>,
     file: Option<(File, PathBuf)>,
+    /// `gc.lock`, opened on first need and kept open.
+    gc_lock: Option<File>,
 }
 
 /// Unpins its root when dropped.
@@ -75,13 +77,16 @@ impl Inner {
             return Ok(());
         };
         let mut text = String::new();
-        self.listed = self.counts.keys().copied().collect();
-        for d in &self.listed {
+        for d in self.counts.keys() {
             text.push_str(&format!("{d}\n"));
         }
+        // Listed only once written: a failed write must not let `pin` skip the next one.
+        self.listed.clear();
         f.set_len(0)?;
         f.rewind()?;
-        f.write_all(text.as_bytes())
+        f.write_all(text.as_bytes())?;
+        self.listed = self.counts.keys().copied().collect();
+        Ok(())
     }
 }
 
@@ -93,14 +98,40 @@ impl PinTable {
                 counts: HashMap::new(),
                 listed: Default::default(),
                 file: None,
+                gc_lock: None,
             }),
         }
     }
 
     pub(crate) fn pin(this: &Arc<PinTable>, gc_lock: &Path, root: Digest) -> Result<PinGuard> {
-        let lock = open_lock(gc_lock)?;
-        flock(&lock, libc::LOCK_SH).ctx("flock", gc_lock)?;
+        let guard = PinGuard {
+            table: this.clone(),
+            root,
+        };
         let mut inner = this.inner.lock().unwrap();
+        let n = inner.counts.entry(root).or_insert(0);
+        *n += 1;
+        if inner.listed.contains(&root) {
+            // Already in our pin file, which every gc reads: no lock, no write.
+            return Ok(guard);
+        }
+        // Register under a shared gc.lock (on an fd kept open; its lock is taken and
+        // released while `inner` is held, so threads never share or drop each other's lock).
+        if inner.gc_lock.is_none() {
+            inner.gc_lock = Some(open_lock(gc_lock)?);
+        }
+        let lock = inner.gc_lock.as_ref().expect("opened above");
+        flock(lock, libc::LOCK_SH).ctx("flock", gc_lock)?;
+        let r = Self::register(this, &mut inner);
+        if let Some(lock) = inner.gc_lock.as_ref() {
+            let _ = flock(lock, libc::LOCK_UN);
+        }
+        drop(inner); // before `guard` can drop (on error), which takes the lock again
+        r.map(|()| guard)
+    }
+
+    /// Write this process's pin file (creating it on first use) with what `inner` counts.
+    fn register(this: &Arc<PinTable>, inner: &mut Inner) -> Result<()> {
         if inner.file.is_none() {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -111,18 +142,8 @@ impl PinTable {
             flock(&f, libc::LOCK_EX | libc::LOCK_NB).ctx("flock", &p)?;
             inner.file = Some((f, p));
         }
-        let n = inner.counts.entry(root).or_insert(0);
-        *n += 1;
-        if *n == 1 && !inner.listed.contains(&root) {
-            let path = inner.file.as_ref().map(|f| f.1.clone()).unwrap_or_default();
-            inner.rewrite().map_err(|e| Error::io("write", path, e))?;
-        }
-        drop(inner);
-        drop(lock);
-        Ok(PinGuard {
-            table: this.clone(),
-            root,
-        })
+        let path = inner.file.as_ref().map(|f| f.1.clone()).unwrap_or_default();
+        inner.rewrite().map_err(|e| Error::io("write", path, e))
     }
 
     /// Roots pinned by this process and by every other live process. Call with gc.lock held

@@ -13,7 +13,9 @@
 //! - `rename_noreplace(from, to)`: atomic rename that fails with EEXIST instead of replacing.
 
 mod dir;
-pub use dir::{copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, Dir};
+pub use dir::{
+    copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, open_read_at, Dir,
+};
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]

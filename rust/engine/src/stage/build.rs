@@ -4,7 +4,7 @@
 //! from the subtree cache in one call.
 
 use super::device::{Devices, FileMethod};
-use super::plan::Plan;
+use super::plan::{Memo, Plan};
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
@@ -34,7 +34,7 @@ pub const SUBTREE_REMEASURE_EVERY: u64 = 16;
 static SKIPPED_HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Which of the cache's inodes for a digest a hardlinked input is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Inode {
     Blob,
     Exec,
@@ -43,6 +43,7 @@ pub(crate) enum Inode {
 
 pub(crate) struct Builder<'a> {
     pub cache: &'a Cache,
+    pub memo: &'a Memo,
     pub devices: &'a Devices,
     pub seen: &'a Mutex<Option<HashSet<Digest>>>,
     pub key: (u64, u64),
@@ -53,9 +54,9 @@ pub(crate) struct Builder<'a> {
     pub fix_modes: bool,
     pub fail_after: Option<usize>,
     pub counters: Counters,
-    /// Cache inodes hardlinked into the root (checked for writes after the action).
+    /// Cache inodes hardlinked into the root, one entry per link (duplicates are removed
+    /// after the stage, off its critical path), checked for writes after the action.
     pub linked: Vec<(Digest, Inode)>,
-    linked_set: HashSet<(Digest, Inode)>,
     new_sightings: Vec<Digest>,
     placed: usize,
     pub per_file_time: std::time::Duration,
@@ -67,6 +68,7 @@ impl<'a> Builder<'a> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         cache: &'a Cache,
+        memo: &'a Memo,
         devices: &'a Devices,
         seen: &'a Mutex<Option<HashSet<Digest>>>,
         key: (u64, u64),
@@ -78,6 +80,7 @@ impl<'a> Builder<'a> {
     ) -> Self {
         Builder {
             cache,
+            memo,
             devices,
             seen,
             key,
@@ -89,7 +92,6 @@ impl<'a> Builder<'a> {
             fail_after,
             counters: Counters::default(),
             linked: Vec::new(),
-            linked_set: HashSet::new(),
             new_sightings: Vec::new(),
             placed: 0,
             per_file_time: Default::default(),
@@ -108,7 +110,7 @@ impl<'a> Builder<'a> {
         d: &Digest,
         subtrees: bool,
     ) -> Result<()> {
-        let node = &plan.dirs[d];
+        let node = plan.dir(self.cache, self.memo, d, path)?;
         let t = Instant::now();
         for f in &node.files {
             let fd = Digest::from_opt_proto(f.digest.as_ref(), &f.name)?;
@@ -155,7 +157,8 @@ impl<'a> Builder<'a> {
         name: &CStr,
         d: &Digest,
     ) -> Result<bool> {
-        let files = plan.counts[d];
+        let facts = plan.facts(self.cache, self.memo, d, p)?;
+        let files = facts.entries;
         // Tiny directories never pay, whatever the estimates say; don't even look them up.
         if files < 16 {
             return Ok(false);
@@ -186,7 +189,7 @@ impl<'a> Builder<'a> {
                     Some(TreeClone::Snapshot) => self.counters.snapshot += 1,
                     _ => self.counters.clonefile += 1,
                 }
-                self.counters.bytes += plan_bytes(plan, d);
+                self.counters.bytes += facts.bytes;
                 Ok(true)
             }
             Err(e) if platform::is_unsupported(&e) => {
@@ -385,9 +388,7 @@ impl<'a> Builder<'a> {
             match r {
                 Ok(()) => {
                     self.counters.hardlink += 1;
-                    if self.linked_set.insert((*d, inode)) {
-                        self.linked.push((*d, inode));
-                    }
+                    self.linked.push((*d, inode));
                     return Ok(());
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EMLINK) && replica < 1024 => {
@@ -412,20 +413,4 @@ impl<'a> Builder<'a> {
         }
         Ok(())
     }
-}
-
-fn plan_bytes(plan: &Plan, d: &Digest) -> u64 {
-    let node = &plan.dirs[d];
-    let mut n: u64 = node
-        .files
-        .iter()
-        .filter_map(|f| f.digest.as_ref())
-        .map(|x| x.size_bytes.max(0) as u64)
-        .sum();
-    for sub in &node.directories {
-        if let Ok(sd) = Digest::from_opt_proto(sub.digest.as_ref(), "") {
-            n += plan_bytes(plan, &sd);
-        }
-    }
-    n
 }

@@ -66,10 +66,17 @@ fn key_str(k: (u64, u64)) -> String {
 
 impl Devices {
     pub(crate) fn key(cache: &Cache, dest_parent: &Path) -> std::io::Result<(u64, u64)> {
-        Ok((
-            std::fs::metadata(cache.root().join("tmp"))?.dev(),
-            std::fs::metadata(dest_parent)?.dev(),
-        ))
+        Ok((cache.dev(), std::fs::metadata(dest_parent)?.dev()))
+    }
+
+    /// `key` for a destination parent this process has open.
+    pub(crate) fn key_of(
+        cache: &Cache,
+        dest_parent: &crate::platform::Dir,
+    ) -> std::io::Result<(u64, u64)> {
+        #[allow(clippy::unnecessary_cast)] // dev_t is i32 on macOS
+        let dev = dest_parent.stat()?.st_dev as u64;
+        Ok((cache.dev(), dev))
     }
 
     /// The profile for (cache, destination parent), probing it if neither this process nor

@@ -64,6 +64,7 @@ pub struct StagedRoot {
     pub counters: Counters,
     pub micros: u64,
     linked: Vec<(Digest, build::Inode)>,
+    linked_unique: std::sync::OnceLock<Vec<(Digest, build::Inode)>>,
     cache: Arc<Cache>,
     _pin: PinGuard,
 }
@@ -72,7 +73,7 @@ impl StagedRoot {
     /// After the action: quarantine every hardlinked cache inode it wrote through. Returns their
     /// digests (empty when nothing was touched or nothing was hardlinked).
     pub fn check_inputs(&self) -> Vec<Digest> {
-        let bad = tamper::check(&self.cache, &self.linked);
+        let bad = tamper::check(&self.cache, self.linked_inodes());
         if !bad.is_empty() {
             let _ = stats::update(self.cache.root(), |c| c.tampered += bad.len() as u64);
         }
@@ -81,7 +82,17 @@ impl StagedRoot {
 
     /// How many distinct cache inodes are hardlinked into this root.
     pub fn hardlinked_inodes(&self) -> usize {
-        self.linked.len()
+        self.linked_inodes().len()
+    }
+
+    /// The distinct hardlinked cache inodes, sorted once on first use (after the stage).
+    fn linked_inodes(&self) -> &[(Digest, build::Inode)] {
+        self.linked_unique.get_or_init(|| {
+            let mut v = self.linked.clone();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
     }
 }
 
@@ -89,7 +100,7 @@ pub struct Stager {
     cache: Arc<Cache>,
     devices: device::Devices,
     seen: Mutex<Option<HashSet<Digest>>>,
-    validated: plan::Validated,
+    memo: plan::Memo,
     fix_modes: bool,
     seq: AtomicU64,
 }
@@ -103,7 +114,7 @@ impl Stager {
             cache,
             devices: Default::default(),
             seen: Mutex::new(None),
-            validated: Default::default(),
+            memo: Default::default(),
             fix_modes,
             seq: AtomicU64::new(0),
         }
@@ -135,9 +146,6 @@ impl Stager {
             .map(|o| tree::check_output_path(o))
             .collect::<Result<_>>()?;
         let dest = &req.dest;
-        if std::fs::symlink_metadata(dest).is_ok() {
-            return Err(Error::DestinationExists(dest.clone()));
-        }
         let name = dest.file_name().ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "destination '{}' has no final name",
@@ -148,12 +156,17 @@ impl Stager {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        // Everything below is relative to the parent's fd: one path walk per stage.
+        let parent_dir = Dir::open(&parent).ctx("open", &parent)?;
+        if parent_dir.stat_at(&cstr(name).ctx("name", dest)?).is_ok() {
+            return Err(Error::DestinationExists(dest.clone()));
+        }
         let pin = self.cache.pin(&req.root)?;
         let t_plan = Instant::now();
-        let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks, &self.validated)?;
+        let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks, &self.memo)?;
         let plan_us = t_plan.elapsed().as_micros() as u64;
 
-        let key = device::Devices::key(&self.cache, &parent).ctx("stat", &parent)?;
+        let key = device::Devices::key_of(&self.cache, &parent_dir).ctx("fstat", &parent)?;
         let prof = self.devices.get(&self.cache, key, &parent);
         let (method, tree_clone) = match req.method {
             MethodPreference::Auto => (prof.file_method, prof.tree_clone),
@@ -163,6 +176,7 @@ impl Stager {
         };
         let mut b = build::Builder::new(
             &self.cache,
+            &self.memo,
             &self.devices,
             &self.seen,
             key,
@@ -179,7 +193,6 @@ impl Stager {
             self.seq.fetch_add(1, Ordering::Relaxed)
         );
         let tmp = parent.join(&tmp_name);
-        let parent_dir = Dir::open(&parent).ctx("open", &parent)?;
         let t_build = Instant::now();
         let root_dir = parent_dir
             .mkdir_at(&cstr(&tmp_name).ctx("name", &tmp)?, 0o755)
@@ -237,6 +250,7 @@ impl Stager {
             counters,
             micros,
             linked: std::mem::take(&mut b.linked),
+            linked_unique: Default::default(),
             cache: self.cache.clone(),
             _pin: pin,
         };

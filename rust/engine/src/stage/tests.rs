@@ -680,3 +680,59 @@ fn a_validated_subtree_is_checked_again_at_a_depth_where_its_symlink_escapes() {
     assert_eq!(e.class(), ErrorClass::InvalidArgument, "{e}");
     assert!(!t.path().join("bad").exists());
 }
+
+#[test]
+fn a_remembered_subtree_is_not_read_again_but_its_files_are_still_checked() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let cache = st.cache().clone();
+    let (x, y) = (
+        cache.put_bytes(b"x", None).unwrap(),
+        cache.put_bytes(b"y", None).unwrap(),
+    );
+    let sub = dir_digest(
+        &cache,
+        Directory {
+            files: vec![file("x", x), file("y", y)],
+            ..Default::default()
+        },
+    );
+    let root = dir_digest(
+        &cache,
+        Directory {
+            directories: vec![DirectoryNode {
+                name: "sdk".into(),
+                digest: Some(sub.to_proto()),
+            }],
+            ..Default::default()
+        },
+    );
+    st.stage(&req(root, t.path().join("r1"))).unwrap();
+    // The subtree's Directory leaves the CAS: this Stager stages it from memory...
+    std::fs::remove_file(cache.blob_path(&sub)).unwrap();
+    st.stage(&req(root, t.path().join("r2"))).unwrap();
+    assert_eq!(std::fs::read(t.path().join("r2/sdk/y")).unwrap(), b"y");
+    // ...while a fresh one, which has to read it, reports it missing.
+    let fresh = Stager::new(cache.clone());
+    match fresh.stage(&req(root, t.path().join("r3"))).err().unwrap() {
+        Error::Missing { digests, .. } => assert_eq!(digests, vec![sub]),
+        e => panic!("{e}"),
+    }
+    // A file blob below the remembered subtree is still checked as it is placed.
+    let again = dir_digest(
+        &cache,
+        Directory {
+            files: vec![file("x", x), file("y", y)],
+            ..Default::default()
+        },
+    );
+    assert_eq!(again, sub);
+    std::fs::remove_file(cache.blob_path(&y)).unwrap();
+    match st.stage(&req(root, t.path().join("r4"))).err().unwrap() {
+        Error::Missing { digests, .. } => assert_eq!(digests, vec![y]),
+        e => panic!("{e}"),
+    }
+    for r in ["r3", "r4"] {
+        assert!(!t.path().join(r).exists());
+    }
+    assert!(leftovers(t.path()).is_empty());
+}
