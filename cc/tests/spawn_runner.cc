@@ -213,7 +213,7 @@ Spawn::Spawn(const std::vector<std::string>& args,
     Fail("fork");
   }
   if (pid_ == 0) {
-    const int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int in = open(settings.stdin_path.c_str(), O_RDONLY | O_CLOEXEC);
     const int out =
         open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     const int err =

@@ -59,10 +59,12 @@ struct SpawnSettings {
   mode_t umask = 022;      // umask of the wrapper.
   int ignored_signal = 0;  // Started with this signal ignored (SIG_IGN).
   int blocked_signal = 0;  // Started with this signal blocked.
+  std::string stdin_path = "/dev/null";  // The wrapper's stdin.
 };
 
 // One running clonestage-spawn: started by the constructor with
-// `SpawnPath() args...`, stdin from /dev/null, stdout and stderr captured.
+// `SpawnPath() args...`, stdin from settings.stdin_path, stdout and stderr
+// captured.
 class Spawn {
  public:
   explicit Spawn(const std::vector<std::string>& args,

@@ -105,6 +105,23 @@ spawn_us="$(d action_spawn_us_total)"
 serve_us="$(d action_serve_us_total)"
 hits="$(d action_cache_hits)"
 
+# What every build pays once, whatever its number of actions: null builds
+# (nothing to run) of each configuration, alternating. The clonestage one goes
+# through the launcher's server check and Bazel's remote set-up (a new gRPC
+# channel and GetCapabilities per command); switching configurations makes both
+# re-analyse, equally.
+null_local=()
+null_cs=()
+for _ in 1 2 3 4; do
+  t0="$(perf_now_ms)"
+  CLONESTAGE_DISABLE=1 bazel build --jobs=1 --spawn_strategy=local //... >>"$log" 2>&1
+  t1="$(perf_now_ms)"
+  bazel build --jobs=1 --config=clonestage //... >>"$log" 2>&1
+  t2="$(perf_now_ms)"
+  null_local+=($((t1 - t0)))
+  null_cs+=($((t2 - t1)))
+done
+
 # The process layer alone: bash -c run directly, through Bazel's own
 # process-wrapper (what --spawn_strategy=local uses) and through clonestage-spawn,
 # 200 runs each, interleaved in blocks of 50, from this shell.
@@ -169,6 +186,10 @@ clonestage (ms)        $(printf '%7s %7s' "$med_c" "$min_c")
 per-action overhead    $(printf '%7s %7s' "$(per "$med_c" "$med_l")" "$(per "$min_c" "$min_l")") ms   (target: <= +2 ms)
 paired (same round)     $(awk -v p="$med_pair" -v n="$actions" 'BEGIN {printf "%+7.2f", p/n}') ms per action: median over rounds of (clonestage - local)/$actions
 ratio clonestage/local $(printf '%7s %7s' "$(ratio "$med_c" "$med_l")" "$(ratio "$min_c" "$min_l")")
+
+null builds (nothing to run), ms: local ${null_local[*]}, clonestage ${null_cs[*]}
+  fixed cost per build (medians): $(awk -v a="$(perf_median "${null_cs[@]}")" -v b="$(perf_median "${null_local[@]}")" 'BEGIN {printf "%+.0f", a-b}') ms = $(per "$(perf_median "${null_cs[@]}")" "$(perf_median "${null_local[@]}")") ms of the per-action figure above
+  (launcher check and Bazel's per-command remote set-up, paid once per build)
 
 server side, measured builds: $n_actions actions executed, $hits action-cache hits, $remote_builds/$((rounds + 2)) clonestage builds all remote
   per action (means): Execute accepted -> response $(us_per "$serve_us" "$n_actions") ms, of which

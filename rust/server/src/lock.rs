@@ -15,6 +15,9 @@ pub(crate) struct ServerLock {
     _file: File,
 }
 
+/// How long `acquire` retries a lock that looks held.
+const ACQUIRE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 fn open(path: &Path) -> Result<File> {
     std::fs::OpenOptions::new()
         .create(true)
@@ -50,7 +53,20 @@ impl ServerLock {
     /// Take the lock or fail naming the pid that holds it.
     pub fn acquire(path: &Path) -> Result<ServerLock> {
         let mut f = open(path)?;
-        if !try_flock(&f, libc::LOCK_EX).with_context(|| format!("flock {}", path.display()))? {
+        // A process of the previous holder's, between fork and exec, keeps a copy of its
+        // descriptor for a moment after it stopped (a restart right after a stop, or tests
+        // running several servers in one process): retry briefly before refusing.
+        let t0 = std::time::Instant::now();
+        let mut got = false;
+        while !got {
+            got = try_flock(&f, libc::LOCK_EX)
+                .with_context(|| format!("flock {}", path.display()))?;
+            if got || t0.elapsed() >= ACQUIRE_PATIENCE {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if !got {
             let who = read_pid(&mut f)
                 .map_or_else(|| "another process".to_string(), |p| format!("pid {p}"));
             bail!(

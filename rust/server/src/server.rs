@@ -210,6 +210,7 @@ impl ServerHandle {
         let state = self.state.clone();
         state.start_draining();
         state.janitor.hurry();
+        state.prespawn.close();
         let _ = self.stop.send(true);
         tracing::info!(
             running = state.ops.unfinished(),
@@ -245,6 +246,10 @@ impl ServerHandle {
         }
         let _ = std::fs::remove_file(self.layout.tcp_port());
         let _ = std::fs::remove_file(self.layout.socket());
+        let s = state.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || s.prespawn.close_and_wait(Duration::from_secs(5)))
+                .await;
         drop(self.lock);
         tracing::info!("clonestage server stopped");
         Ok(())

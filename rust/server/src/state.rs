@@ -5,6 +5,7 @@
 use crate::ac_store::AcStore;
 use crate::bytestream::Uploads;
 use crate::execution::operations::Operations;
+use crate::execution::prespawn::Pool;
 use crate::execution::workdir::Janitor;
 use crate::layout::Layout;
 use clonestage_engine::stats::Counters;
@@ -20,6 +21,8 @@ pub(crate) struct State {
     pub layout: Layout,
     pub ac: AcStore,
     pub spawn: PathBuf,
+    /// Wrappers started ahead of time (`execution::prespawn`).
+    pub prespawn: Pool,
     pub jobs: Arc<Semaphore>,
     pub ops: Operations,
     pub uploads: Uploads,
@@ -40,6 +43,18 @@ pub(crate) struct State {
 const STATS_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// How often a pending flush looks whether the actions have ended.
 const STATS_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How many wrappers wait for actions: one per job slot, at most 2 (each is an idle process
+/// of ~1.5 MB); `CLONESTAGE_PRESPAWN=N` overrides (0: start the wrapper per action).
+fn prespawn_size(jobs: usize) -> usize {
+    match std::env::var("CLONESTAGE_PRESPAWN")
+        .ok()
+        .map(|v| v.parse::<usize>())
+    {
+        Some(Ok(n)) => n,
+        _ => jobs.clamp(1, 2),
+    }
+}
 
 /// What `State::flush_stats` writes next.
 #[derive(Default)]
@@ -64,6 +79,7 @@ impl State {
             cache,
             layout,
             ac,
+            prespawn: Pool::start(&spawn, prespawn_size(jobs)),
             spawn,
             jobs: Arc::new(Semaphore::new(jobs.max(1))),
             ops: Operations::new(id),

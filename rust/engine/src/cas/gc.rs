@@ -137,29 +137,17 @@ impl Cache {
     }
 
     fn scan(&self, sub: &str, entries: &mut HashMap<Digest, Entry>) -> Result<()> {
-        let top = self.root().join(sub);
-        for shard in std::fs::read_dir(&top).ctx("readdir", &top)?.flatten() {
-            let Ok(rd) = std::fs::read_dir(shard.path()) else {
-                continue;
-            };
-            for f in rd.flatten() {
-                let name = f.file_name().to_string_lossy().into_owned();
-                let base = name.split('.').next().unwrap_or("");
-                let Some(d) = Digest::from_file_name(base) else {
-                    continue;
-                };
-                let Ok(m) = f.metadata() else { continue };
-                let e = entries.entry(d).or_insert_with(|| Entry {
-                    digest: d,
-                    bytes: 0,
-                    mtime: m.ctime().max(0) as u64,
-                    paths: Vec::new(),
-                });
-                e.bytes += m.len();
-                e.paths.push(f.path());
-            }
-        }
-        Ok(())
+        self.for_each_inode(sub, &mut |d, f| {
+            let Ok(m) = f.metadata() else { return };
+            let e = entries.entry(d).or_insert_with(|| Entry {
+                digest: d,
+                bytes: 0,
+                mtime: m.ctime().max(0) as u64,
+                paths: Vec::new(),
+            });
+            e.bytes += m.len();
+            e.paths.push(f.path());
+        })
     }
 }
 

@@ -269,6 +269,30 @@ impl Cache {
         pins::PinTable::pin(&self.pins, &self.root.join("gc.lock"), *root)
     }
 
+    /// Call `f(digest, entry)` for every inode stored under `sub` (`blobs`, `exec`, `replicas`):
+    /// the sharded layout `<sub>/<hh>/<hex>-<size>[.<suffix>]`. Names that are not a digest
+    /// (temporary or foreign files) are skipped.
+    pub(crate) fn for_each_inode(
+        &self,
+        sub: &str,
+        f: &mut dyn FnMut(Digest, &std::fs::DirEntry),
+    ) -> Result<()> {
+        let top = self.root.join(sub);
+        for shard in std::fs::read_dir(&top).ctx("readdir", &top)?.flatten() {
+            let Ok(rd) = std::fs::read_dir(shard.path()) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if let Some(d) = Digest::from_file_name(name.split('.').next().unwrap_or("")) {
+                    f(d, &e);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Remember that `root` was used now (for LRU eviction). One O_APPEND write.
     pub fn note_access(&self, root: &Digest) {
         use std::io::Write;

@@ -4,7 +4,7 @@
 use super::write::hash_file;
 use super::Cache;
 use crate::digest::Digest;
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone)]
@@ -20,29 +20,18 @@ impl Cache {
         let mut checked = 0;
         let mut bad = Vec::new();
         for sub in ["blobs", "exec", "replicas"] {
-            let top = self.root().join(sub);
-            for shard in std::fs::read_dir(&top).ctx("readdir", &top)?.flatten() {
-                let Ok(rd) = std::fs::read_dir(shard.path()) else {
-                    continue;
-                };
-                for f in rd.flatten() {
-                    let name = f.file_name().to_string_lossy().into_owned();
-                    let Some(d) = Digest::from_file_name(name.split('.').next().unwrap_or(""))
-                    else {
-                        continue;
-                    };
-                    checked += 1;
-                    let actual = hash_file(&f.path()).ok();
-                    if actual != Some(d) {
-                        self.quarantine(&f.path());
-                        bad.push(CorruptBlob {
-                            digest: d,
-                            path: f.path(),
-                            actual,
-                        });
-                    }
+            self.for_each_inode(sub, &mut |d, f| {
+                checked += 1;
+                let actual = hash_file(&f.path()).ok();
+                if actual != Some(d) {
+                    self.quarantine(&f.path());
+                    bad.push(CorruptBlob {
+                        digest: d,
+                        path: f.path(),
+                        actual,
+                    });
                 }
-            }
+            })?;
         }
         Ok((checked, bad))
     }

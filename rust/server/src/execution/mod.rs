@@ -12,6 +12,7 @@ mod action;
 mod metadata;
 pub(crate) mod operations;
 mod outputs;
+pub(crate) mod prespawn;
 pub(crate) mod run;
 pub(crate) mod spawn;
 pub(crate) mod workdir;

@@ -106,6 +106,7 @@ pub(crate) fn run(
             timeout: p.timeout,
             stdout: &stdout,
             stderr: &stderr,
+            pool: Some(&state.prespawn),
         },
         control,
     );

@@ -12,15 +12,19 @@
 //! (`--die_with_parent`, PR_SET_PDEATHSIG), so a killed server leaves no action running.
 //! The wrapper asks for that signal itself rather than the server between fork and exec:
 //! without a `pre_exec` hook the standard library starts it with `posix_spawn` (vfork-like),
-//! which costs about 1 ms less per action than forking the multi-threaded server.
+//! which costs about 1 ms less per action than forking the multi-threaded server. Usually the
+//! action does not start it at all: it takes one started ahead of time (`prespawn`) and writes
+//! it the same arguments, environment and directory.
 
 use super::operations::ActionControl;
+use super::prespawn;
 use crate::status::Failure;
 use anyhow::{bail, Result};
 use serde::Deserialize;
+use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub const WRAPPER_NAME: &str = "clonestage-spawn";
@@ -86,6 +90,8 @@ pub(crate) struct SpawnRequest<'a> {
     pub timeout: Option<Duration>,
     pub stdout: &'a Path,
     pub stderr: &'a Path,
+    /// Wrappers started ahead of time; None: start one for this action.
+    pub pool: Option<&'a prespawn::Pool>,
 }
 
 fn io(what: &str, p: &Path, e: std::io::Error) -> Failure {
@@ -99,34 +105,41 @@ pub(crate) fn run(req: &SpawnRequest, control: &ActionControl) -> Result<SpawnSt
             "the server is shutting down; action not started".into(),
         ));
     }
-    let timeout = req.timeout.map_or(0.0, |t| t.as_secs_f64());
-    let mut cmd = Command::new(req.wrapper);
-    cmd.arg("--cwd")
-        .arg(req.cwd)
-        .arg("--timeout")
-        .arg(format!("{timeout}"))
-        .arg("--kill_delay")
-        .arg(KILL_DELAY_SECS.to_string())
-        .arg("--stdout")
-        .arg(req.stdout)
-        .arg("--stderr")
-        .arg(req.stderr)
-        .arg("--stats")
-        .arg("-")
-        .arg("--die_with_parent")
-        .arg(std::process::id().to_string())
-        .arg("--")
-        .args(req.args)
-        .env_clear()
-        .envs(req.env.iter().copied())
-        .current_dir(req.work_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| io("cannot start the spawn wrapper", req.wrapper, e))?;
+    let timeout = format!("{}", req.timeout.map_or(0.0, |t| t.as_secs_f64()));
+    let kill_delay = KILL_DELAY_SECS.to_string();
+    let me = std::process::id().to_string();
+    let mut argv: Vec<&OsStr> = vec![
+        "--cwd".as_ref(),
+        req.cwd.as_os_str(),
+        "--timeout".as_ref(),
+        timeout.as_ref(),
+        "--kill_delay".as_ref(),
+        kill_delay.as_ref(),
+        "--stdout".as_ref(),
+        req.stdout.as_os_str(),
+        "--stderr".as_ref(),
+        req.stderr.as_os_str(),
+        "--stats".as_ref(),
+        "-".as_ref(),
+        "--die_with_parent".as_ref(),
+        me.as_ref(),
+        "--".as_ref(),
+    ];
+    argv.extend(req.args.iter().map(OsStr::new));
+    let mut child = match prespawned(req, &argv) {
+        Some(c) => c,
+        None => Command::new(req.wrapper)
+            .args(&argv)
+            .env_clear()
+            .envs(req.env.iter().copied())
+            .current_dir(req.work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| io("cannot start the spawn wrapper", req.wrapper, e))?,
+    };
     let pid = child.id() as i32;
     control.set_pid(Some(pid));
     wait_exited(pid);
@@ -148,6 +161,22 @@ pub(crate) fn run(req: &SpawnRequest, control: &ActionControl) -> Result<SpawnSt
             String::from_utf8_lossy(&out).trim()
         ))
     })
+}
+
+/// A waiting wrapper from the pool, handed this action; None: start one directly.
+fn prespawned(req: &SpawnRequest, argv: &[&OsStr]) -> Option<Child> {
+    let pool = req.pool?;
+    let request = prespawn::encode_request(req.work_dir, argv, &req.env)?;
+    let mut child = pool.take()?;
+    match prespawn::send(&mut child, &request) {
+        Ok(()) => Some(child),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            pool.disable(&format!("a waiting wrapper did not take its request: {e}"));
+            None
+        }
+    }
 }
 
 /// Everything readable now from a pipe whose writer has exited. Non-blocking, so a pipe some
