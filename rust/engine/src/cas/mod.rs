@@ -32,7 +32,7 @@ use crate::error::{IoContext, Result};
 use crate::platform::Dir;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,6 +72,20 @@ impl RelName {
     pub(crate) fn as_cstr(&self) -> &std::ffi::CStr {
         std::ffi::CStr::from_bytes_with_nul(&self.buf[..self.len]).expect("one trailing NUL")
     }
+
+    /// `<sha256>-<size>`: the name inside its shard directory.
+    pub(crate) fn leaf(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_with_nul(&self.buf[3..self.len]).expect("one trailing NUL")
+    }
+
+    /// Index of the shard directory (`<hh>`).
+    fn shard(&self) -> usize {
+        let v = |c: u8| match c {
+            b'0'..=b'9' => c - b'0',
+            _ => c - b'a' + 10,
+        };
+        (v(self.buf[0]) as usize) << 4 | v(self.buf[1]) as usize
+    }
 }
 
 /// Decimal digits of `n`, right-aligned: (buffer, index of the first digit).
@@ -106,6 +120,10 @@ pub struct Cache {
     /// `blobs/` and `exec/`, open: staging links and clones relative to them.
     blobs: Dir,
     exec: Dir,
+    /// Their `<hh>/` shard directories, opened on first use (shards are never removed): a
+    /// staged file's link then resolves one name instead of two.
+    blob_shards: Box<[std::sync::OnceLock<Dir>]>,
+    exec_shards: Box<[std::sync::OnceLock<Dir>]>,
     pins: Arc<pins::PinTable>,
     /// Source devices from which cloning into the cache failed: copy from them directly.
     no_clone_from: Mutex<HashMap<u64, ()>>,
@@ -134,8 +152,11 @@ impl Cache {
         let (tmp, blobs, exec) = (open("tmp")?, open("blobs")?, open("exec")?);
         #[allow(clippy::unnecessary_cast)] // dev_t is i32 on macOS
         let dev = tmp.stat().ctx("fstat", root.join("tmp"))?.st_dev as u64;
+        let shards = || (0..256).map(|_| std::sync::OnceLock::new()).collect();
         Ok(Cache {
             dev,
+            blob_shards: shards(),
+            exec_shards: shards(),
             blobs,
             exec,
             pins: Arc::new(pins::PinTable::new(root.join("pins"))),
@@ -167,12 +188,36 @@ impl Cache {
         self.sharded("blobs", d, "")
     }
 
-    pub(crate) fn blobs_dir(&self) -> &Dir {
-        &self.blobs
+    /// `blobs/` (`exec/` if `exec`) and `rel` from there: the fallback when a shard fd fails
+    /// (its directory was removed and made again behind this process's back).
+    pub(crate) fn locate_from_top<'r>(
+        &self,
+        rel: &'r RelName,
+        exec: bool,
+    ) -> (RawFd, &'r std::ffi::CStr) {
+        let top = if exec { &self.exec } else { &self.blobs };
+        (top.as_raw_fd(), rel.as_cstr())
     }
 
-    pub(crate) fn exec_dir(&self) -> &Dir {
-        &self.exec
+    /// The directory fd and name to reach `rel` in `blobs/` (`exec/` if `exec`): its open
+    /// shard directory and leaf name, else (the shard does not exist yet) the top directory
+    /// and the whole relative name.
+    pub(crate) fn locate<'r>(&self, rel: &'r RelName, exec: bool) -> (RawFd, &'r std::ffi::CStr) {
+        let (top, shards) = if exec {
+            (&self.exec, &self.exec_shards)
+        } else {
+            (&self.blobs, &self.blob_shards)
+        };
+        let slot = &shards[rel.shard()];
+        if let Some(d) = slot.get() {
+            return (d.as_raw_fd(), rel.leaf());
+        }
+        let hh = &rel.as_cstr().to_bytes()[..2];
+        let name = std::ffi::CString::new(hh).expect("hex digits");
+        match top.open_at(&name) {
+            Ok(d) => (slot.get_or_init(|| d).as_raw_fd(), rel.leaf()),
+            Err(_) => (top.as_raw_fd(), rel.as_cstr()),
+        }
     }
 
     pub(crate) fn exec_path(&self, d: &Digest) -> PathBuf {

@@ -12,7 +12,6 @@ use crate::platform::{self, cstr, Dir, TreeClone};
 use crate::stats::Counters;
 use std::collections::HashSet;
 use std::ffi::CStr;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -290,7 +289,8 @@ impl<'a> Builder<'a> {
         }
         // Paths for error messages are built only on error: this is the per-file hot path.
         let p = || path.join(name);
-        let cname = cstr(name).map_err(|e| Error::io("name", p(), e))?;
+        let name_buf = NameBuf::new(name);
+        let cname = name_buf.as_cstr().map_err(|e| Error::io("name", p(), e))?;
         let mode = if exec { 0o555 } else { 0o444 };
         if d.is_empty() {
             dir.create_file(&cname, mode)
@@ -300,8 +300,8 @@ impl<'a> Builder<'a> {
             return Ok(());
         }
         let rel_buf = crate::cas::RelName::new(d);
-        let rel = rel_buf.as_cstr();
-        let blobs = self.cache.blobs_dir().as_raw_fd();
+        let (mut blobs, mut rel) = self.cache.locate(&rel_buf, false);
+        let mut from_top = false;
         loop {
             let r = match self.method {
                 FileMethod::Clone => {
@@ -313,7 +313,7 @@ impl<'a> Builder<'a> {
                         }
                     })
                 }
-                FileMethod::Hardlink => self.hardlink(dir, &cname, rel, d, exec),
+                FileMethod::Hardlink => self.hardlink(dir, &cname, &rel_buf, d, exec),
                 FileMethod::Copy => platform::copy_file_at(blobs, rel, dir, &cname, mode)
                     .map(|_| self.counters.copy += 1),
             };
@@ -330,6 +330,11 @@ impl<'a> Builder<'a> {
                         digests: vec![*d],
                         path: p().display().to_string(),
                     })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !from_top => {
+                    // Present by path but not through the shard fd: go through the top dir.
+                    (blobs, rel) = self.cache.locate_from_top(&rel_buf, false);
+                    from_top = true;
                 }
                 Err(e) if self.method != FileMethod::Copy && platform::is_unsupported(&e) => {
                     let to = if self.method == FileMethod::Clone {
@@ -361,7 +366,7 @@ impl<'a> Builder<'a> {
         &mut self,
         dir: &Dir,
         cname: &CStr,
-        rel: &CStr,
+        rel: &crate::cas::RelName,
         d: &Digest,
         exec: bool,
     ) -> std::io::Result<()> {
@@ -369,18 +374,22 @@ impl<'a> Builder<'a> {
             Error::Io { source, .. } => source,
             other => std::io::Error::other(other.to_string()),
         };
-        let (src_dir, first) = if exec {
-            (self.cache.exec_dir().as_raw_fd(), Inode::Exec)
-        } else {
-            (self.cache.blobs_dir().as_raw_fd(), Inode::Blob)
-        };
-        let mut r = platform::hardlink_at(src_dir, rel, dir, cname);
+        let first = if exec { Inode::Exec } else { Inode::Blob };
+        let (src_dir, src) = self.cache.locate(rel, exec);
+        let mut r = platform::hardlink_at(src_dir, src, dir, cname);
         if exec
             && matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::NotFound)
             && self.cache.contains(d)
         {
             self.cache.make_exec_inode(d).map_err(to_io)?;
-            r = platform::hardlink_at(src_dir, rel, dir, cname);
+            // The twin's shard may have just been created.
+            let (src_dir, src) = self.cache.locate(rel, exec);
+            r = platform::hardlink_at(src_dir, src, dir, cname);
+        }
+        if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            // A shard fd whose directory was removed and made again: the top dir still works.
+            let (src_dir, src) = self.cache.locate_from_top(rel, exec);
+            r = platform::hardlink_at(src_dir, src, dir, cname);
         }
         let mut inode = first;
         let mut replica = 0u32;
@@ -412,5 +421,36 @@ impl<'a> Builder<'a> {
             dir.chmod_file_at(name, mode).ctx("chmod", p)?;
         }
         Ok(())
+    }
+}
+
+/// A file name as a C string, on the stack when it fits NAME_MAX (255 bytes): one fewer heap
+/// allocation per staged file.
+#[allow(clippy::large_enum_variant)] // the big variant is the point: it lives on the stack
+enum NameBuf {
+    Stack([u8; 256], usize),
+    Heap(String),
+}
+
+impl NameBuf {
+    fn new(name: &str) -> NameBuf {
+        let b = name.as_bytes();
+        if b.len() < 256 {
+            let mut a = [0u8; 256];
+            a[..b.len()].copy_from_slice(b);
+            NameBuf::Stack(a, b.len() + 1)
+        } else {
+            NameBuf::Heap(name.to_string())
+        }
+    }
+
+    fn as_cstr(&self) -> std::io::Result<std::borrow::Cow<'_, CStr>> {
+        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "name contains NUL");
+        match self {
+            NameBuf::Stack(a, n) => CStr::from_bytes_with_nul(&a[..*n])
+                .map(std::borrow::Cow::Borrowed)
+                .map_err(|_| bad()),
+            NameBuf::Heap(s) => cstr(s).map(std::borrow::Cow::Owned),
+        }
     }
 }

@@ -736,3 +736,37 @@ fn a_remembered_subtree_is_not_read_again_but_its_files_are_still_checked() {
     }
     assert!(leftovers(t.path()).is_empty());
 }
+
+#[test]
+fn a_shard_directory_made_again_behind_the_stagers_back_still_stages() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let cache = st.cache().clone();
+    let x = cache.put_bytes(b"shard test", None).unwrap();
+    let root = dir_digest(
+        &cache,
+        Directory {
+            files: vec![file("x", x)],
+            ..Default::default()
+        },
+    );
+    let mut r = req(root, t.path().join("r1"));
+    r.method = MethodPreference::Hardlink;
+    st.stage(&r).unwrap(); // opens x's shard directory and keeps it open
+    let blob = cache.blob_path(&x);
+    let shard = blob.parent().unwrap().to_path_buf();
+    let old = shard.with_extension("old");
+    std::fs::rename(&shard, &old).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    // The blob moves with its inode: the kept fd now names an empty directory.
+    std::fs::rename(old.join(blob.file_name().unwrap()), &blob).unwrap();
+    let mut r = req(root, t.path().join("r2"));
+    r.method = MethodPreference::Hardlink;
+    let staged = st.stage(&r).unwrap();
+    assert_eq!(staged.counters.hardlink, 1);
+    assert_eq!(std::fs::read(t.path().join("r2/x")).unwrap(), b"shard test");
+    // Copy goes through the same lookup.
+    let mut r = req(root, t.path().join("r3"));
+    r.method = MethodPreference::Copy;
+    st.stage(&r).unwrap();
+    assert_eq!(std::fs::read(t.path().join("r3/x")).unwrap(), b"shard test");
+}
