@@ -6,9 +6,10 @@
 //! That thread never ends: the wrappers it starts ask for PR_SET_PDEATHSIG (`--die_with_parent`),
 //! which Linux ties to the thread that started them, so it must outlive every action.
 //! When the pool is closed it only stops starting wrappers and ends the waiting ones (an empty
-//! request: they exit 0 without running anything). A wrapper that cannot take a request (it
-//! died, or is an older build without `--read_request`) disables the pool: actions then start
-//! the wrapper directly, as before.
+//! request: they exit 0 without running anything). A wrapper binary without `--read_request`
+//! (an older build; its `--help` says) or one that cannot be started disables the pool:
+//! actions then start the wrapper directly, as before. A waiting wrapper that died is
+//! replaced; its action starts one directly.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -67,18 +68,6 @@ impl Pool {
         let child = self.inner.idle.lock().unwrap().pop_front();
         self.inner.wake.notify_one();
         child
-    }
-
-    /// Stop using the pool (a wrapper could not take a request) and end the waiting ones.
-    pub fn disable(&self, why: &str) {
-        if !self.inner.closed.swap(true, Ordering::SeqCst) {
-            tracing::warn!(
-                wrapper = %self.inner.wrapper.display(),
-                why,
-                "prespawned wrappers disabled; starting the wrapper per action"
-            );
-        }
-        self.inner.wake.notify_one();
     }
 
     pub fn close(&self) {

@@ -171,9 +171,10 @@ fn prespawned(req: &SpawnRequest, argv: &[&OsStr]) -> Option<Child> {
     match prespawn::send(&mut child, &request) {
         Ok(()) => Some(child),
         Err(e) => {
+            // It died while waiting (killed from outside): this action starts its own.
+            tracing::warn!(pid = child.id(), error = %e, "a waiting wrapper did not take its request");
             let _ = child.kill();
             let _ = child.wait();
-            pool.disable(&format!("a waiting wrapper did not take its request: {e}"));
             None
         }
     }
@@ -231,6 +232,52 @@ mod tests {
         .unwrap();
         assert!(s.timed_out);
         assert_eq!(s.exit_code, 124);
+    }
+
+    #[test]
+    fn a_waiting_wrapper_that_died_is_skipped_and_replaced() {
+        // Stands in for a wrapper: --help names --read_request; otherwise exits at once,
+        // as a waiting wrapper killed from outside would have.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("fake-spawn");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\n[ \"$1\" = --help ] && echo --read_request\nexit 0\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let pool = prespawn::Pool::start(&fake, 1);
+        let t0 = std::time::Instant::now();
+        while pool.idle() < 1 && t0.elapsed().as_secs() < 10 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(300)); // it has exited by now
+        let p = dir.path();
+        let req = SpawnRequest {
+            wrapper: &fake,
+            work_dir: p,
+            cwd: p,
+            args: &[],
+            env: vec![("PATH", "/bin")],
+            timeout: None,
+            stdout: p,
+            stderr: p,
+            pool: Some(&pool),
+        };
+        // The request is large enough that writing it to a dead reader fails.
+        let big = "x".repeat(1 << 20);
+        let argv = [OsStr::new("--"), OsStr::new(&big)];
+        assert!(
+            prespawned(&req, &argv).is_none(),
+            "a dead wrapper was handed the action"
+        );
+        // The pool stays on and starts a replacement.
+        let t0 = std::time::Instant::now();
+        while pool.idle() < 1 && t0.elapsed().as_secs() < 10 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(pool.idle(), 1);
     }
 
     #[test]
