@@ -119,26 +119,16 @@ fn create_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
 /// Clone file `name` of directory `src` into directory `dst` under the same name.
 #[cfg(target_os = "linux")]
 fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
-    // <linux/fs.h>: FICLONE = _IOW(0x94, 9, int)
-    const FICLONE: libc::c_ulong = 0x4004_9409;
     let s = open_src(src, name)?;
     let t = create_at(dst, name)?;
-    cvt(unsafe { libc::ioctl(t.as_raw_fd(), FICLONE as _, s.as_raw_fd()) }).map(|_| ())
+    cvt(unsafe { libc::ioctl(t.as_raw_fd(), libc::FICLONE, s.as_raw_fd()) }).map(|_| ())
 }
 
 #[cfg(target_os = "macos")]
 fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
-    extern "C" {
-        fn clonefileat(
-            src_dirfd: libc::c_int,
-            src: *const libc::c_char,
-            dst_dirfd: libc::c_int,
-            dst: *const libc::c_char,
-            flags: u32,
-        ) -> libc::c_int;
-    }
     const CLONE_NOFOLLOW: u32 = 0x0001;
-    cvt(unsafe { clonefileat(src, name.as_ptr(), dst, name.as_ptr(), CLONE_NOFOLLOW) }).map(|_| ())
+    cvt(unsafe { libc::clonefileat(src, name.as_ptr(), dst, name.as_ptr(), CLONE_NOFOLLOW) })
+        .map(|_| ())
 }
 
 fn copy_fd(src: &OwnedFd, dst: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {

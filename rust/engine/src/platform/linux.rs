@@ -11,8 +11,6 @@ use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "reflink";
 
-// <linux/fs.h>: FICLONE = _IOW(0x94, 9, int)
-const FICLONE: libc::c_ulong = 0x4004_9409;
 // <linux/btrfs.h>: _IOW(0x94, nr, struct btrfs_ioctl_vol_args) with sizeof == 4096.
 const BTRFS_IOC_SNAP_CREATE: libc::c_ulong = 0x5000_9401;
 const BTRFS_IOC_SUBVOL_CREATE: libc::c_ulong = 0x5000_940e;
@@ -70,7 +68,7 @@ pub fn clone_file_at(
     let to = dst.create_file(name, mode)?;
     let r = ioctl(
         &to,
-        FICLONE,
+        libc::FICLONE,
         from.as_raw_fd() as usize as *const libc::c_void,
     );
     if r.is_err() {

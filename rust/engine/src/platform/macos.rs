@@ -10,23 +10,8 @@ use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "clonefile";
 
+/// <sys/clonefile.h> (the libc crate declares `clonefileat`, not its flags).
 const CLONE_NOFOLLOW: u32 = 0x0001;
-const RENAME_EXCL: libc::c_uint = 0x0000_0004;
-
-extern "C" {
-    fn clonefileat(
-        src_dirfd: libc::c_int,
-        src: *const libc::c_char,
-        dst_dirfd: libc::c_int,
-        dst: *const libc::c_char,
-        flags: u32,
-    ) -> libc::c_int;
-    fn renamex_np(
-        from: *const libc::c_char,
-        to: *const libc::c_char,
-        flags: libc::c_uint,
-    ) -> libc::c_int;
-}
 
 /// Clone `src` as `name` in `dst`, then set `mode` on the clone (a private inode: safe).
 pub fn clone_file(src: &Path, dst: &Dir, name: &CStr, mode: u32) -> io::Result<()> {
@@ -42,7 +27,7 @@ pub fn clone_file_at(
     mode: u32,
 ) -> io::Result<()> {
     let r = unsafe {
-        clonefileat(
+        libc::clonefileat(
             src_dir,
             src.as_ptr(),
             dst.as_raw_fd(),
@@ -91,7 +76,7 @@ pub fn new_tree_container(parent: &Dir, name: &CStr) -> io::Result<()> {
 pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
     let s = cstr(src)?;
     if unsafe {
-        clonefileat(
+        libc::clonefileat(
             libc::AT_FDCWD,
             s.as_ptr(),
             dst_parent.as_raw_fd(),
@@ -112,7 +97,7 @@ pub fn remove_tree_container(_path: &Path) -> io::Result<bool> {
 
 pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     let (f, t) = (cstr(from)?, cstr(to)?);
-    if unsafe { renamex_np(f.as_ptr(), t.as_ptr(), RENAME_EXCL) } == 0 {
+    if unsafe { libc::renamex_np(f.as_ptr(), t.as_ptr(), libc::RENAME_EXCL) } == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
