@@ -46,6 +46,8 @@ pub const BLOB_MTIME: i64 = 1_000_000_000;
 pub(crate) struct RelName {
     buf: [u8; 2 + 1 + 64 + 1 + 20 + 1],
     len: usize,
+    /// The shard, `<hh>` as a number (the hash's first byte).
+    shard: u8,
 }
 
 impl RelName {
@@ -66,7 +68,11 @@ impl RelName {
         buf[len..len + n].copy_from_slice(&digits[first..]);
         len += n;
         buf[len] = 0;
-        RelName { buf, len: len + 1 }
+        RelName {
+            buf,
+            len: len + 1,
+            shard: d.hash[0],
+        }
     }
 
     pub(crate) fn as_cstr(&self) -> &std::ffi::CStr {
@@ -76,15 +82,6 @@ impl RelName {
     /// `<sha256>-<size>`: the name inside its shard directory.
     pub(crate) fn leaf(&self) -> &std::ffi::CStr {
         std::ffi::CStr::from_bytes_with_nul(&self.buf[3..self.len]).expect("one trailing NUL")
-    }
-
-    /// Index of the shard directory (`<hh>`).
-    fn shard(&self) -> usize {
-        let v = |c: u8| match c {
-            b'0'..=b'9' => c - b'0',
-            _ => c - b'a' + 10,
-        };
-        (v(self.buf[0]) as usize) << 4 | v(self.buf[1]) as usize
     }
 }
 
@@ -208,7 +205,7 @@ impl Cache {
         } else {
             (&self.blobs, &self.blob_shards)
         };
-        let slot = &shards[rel.shard()];
+        let slot = &shards[rel.shard as usize];
         if let Some(d) = slot.get() {
             return (d.as_raw_fd(), rel.leaf());
         }

@@ -94,16 +94,16 @@ impl Plan {
             if !visited.insert((d, depth)) {
                 continue;
             }
-            {
+            let validated = {
                 let m = memo.inner.lock().unwrap();
-                if m.validated.contains(&(d, depth, policy)) {
-                    if let Some(f) = m.facts.get(&d) {
-                        // Validated with everything below it, at this depth: stop here.
-                        known.insert(d, *f);
-                        continue;
-                    }
+                let validated = m.validated.contains(&(d, depth, policy));
+                if let (true, Some(f)) = (validated, m.facts.get(&d)) {
+                    // Validated with everything below it, at this depth: stop here.
+                    known.insert(d, *f);
+                    continue;
                 }
-            }
+                validated
+            };
             let dir = match dirs.get(&d) {
                 Some(dir) => dir.clone(),
                 None => match memo.directory(cache, &d, &path)? {
@@ -117,12 +117,6 @@ impl Plan {
                     }
                 },
             };
-            let validated = memo
-                .inner
-                .lock()
-                .unwrap()
-                .validated
-                .contains(&(d, depth, policy));
             if !validated {
                 tree::validate_directory(&dir, &path, &d, policy)?;
             }
