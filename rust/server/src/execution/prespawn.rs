@@ -197,6 +197,17 @@ pub(crate) fn send(child: &mut Child, request: &[u8]) -> std::io::Result<()> {
     stdin.write_all(request)
 }
 
+/// A stand-in wrapper for tests: its `--help` names `--read_request`; otherwise it runs `body`.
+#[cfg(test)]
+pub(crate) fn fake_wrapper(dir: &Path, body: &str) -> PathBuf {
+    let fake = dir.join("fake-spawn");
+    let script =
+        format!("#!/bin/sh\n[ \"$1\" = --help ] && {{ echo --read_request; exit 0; }}\n{body}\n");
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fake
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,16 +248,9 @@ mod tests {
 
     #[test]
     fn a_closed_pool_ends_its_waiting_wrappers() {
-        // Stands in for a wrapper: --help names --read_request; otherwise waits for EOF.
+        // Waits for EOF, as a wrapper waits for its request.
         let dir = tempfile::tempdir().unwrap();
-        let fake = dir.path().join("fake-spawn");
-        std::fs::write(
-            &fake,
-            "#!/bin/sh\n[ \"$1\" = --help ] && { echo --read_request; exit 0; }\nexec cat >/dev/null\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        let fake = fake_wrapper(dir.path(), "exec cat >/dev/null");
         let p = Pool::start(&fake, 2);
         let t0 = std::time::Instant::now();
         while p.idle() < 2 && t0.elapsed().as_secs() < 10 {

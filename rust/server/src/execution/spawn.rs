@@ -236,17 +236,9 @@ mod tests {
 
     #[test]
     fn a_waiting_wrapper_that_died_is_skipped_and_replaced() {
-        // Stands in for a wrapper: --help names --read_request; otherwise exits at once,
-        // as a waiting wrapper killed from outside would have.
+        // Exits at once, as a waiting wrapper killed from outside would have.
         let dir = tempfile::tempdir().unwrap();
-        let fake = dir.path().join("fake-spawn");
-        std::fs::write(
-            &fake,
-            "#!/bin/sh\n[ \"$1\" = --help ] && echo --read_request\nexit 0\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        let fake = prespawn::fake_wrapper(dir.path(), "exit 0");
         let pool = prespawn::Pool::start(&fake, 1);
         let t0 = std::time::Instant::now();
         while pool.idle() < 1 && t0.elapsed().as_secs() < 10 {
