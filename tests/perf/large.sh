@@ -41,11 +41,7 @@ perf_name=large
 # shellcheck source=tests/perf/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-rounds="${1:-3}"
-case "$rounds" in
-  '' | *[!0-9]*) perf_die "ROUNDS must be a number, not '$rounds'" ;;
-esac
-[ "$rounds" -ge 1 ] || perf_die "ROUNDS must be at least 1"
+rounds="$(perf_rounds "${1:-3}")"
 work_ms="${PERF_WORK_MS:-1000}"
 case "$work_ms" in
   '' | *[!0-9]*) perf_die "PERF_WORK_MS must be a number, not '$work_ms'" ;;

@@ -29,6 +29,15 @@ perf_die() {
   exit 1
 }
 
+# The ROUNDS argument, checked: prints it, or dies naming what is wrong.
+perf_rounds() {
+  case "$1" in
+    '' | *[!0-9]*) perf_die "ROUNDS must be a number, not '$1'" ;;
+  esac
+  [ "$1" -ge 1 ] || perf_die "ROUNDS must be at least 1"
+  echo "$1"
+}
+
 # Milliseconds since the epoch.
 perf_now_ms() { echo $(($(date +%s%N) / 1000000)); }
 

@@ -31,11 +31,7 @@ perf_name=overhead
 # shellcheck source=tests/perf/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-rounds="${1:-5}"
-case "$rounds" in
-  '' | *[!0-9]*) perf_die "ROUNDS must be a number, not '$rounds'" ;;
-esac
-[ "$rounds" -ge 1 ] || perf_die "ROUNDS must be at least 1"
+rounds="$(perf_rounds "${1:-5}")"
 actions=50
 ws="$perf_checkout/tests/perf/overhead"
 cd "$ws"
