@@ -454,7 +454,10 @@ if bz "$e2e" "$logs/restart.log" 300 test "$JOBS" --config=clonestage --config=s
       "server actions +$(delta restart-before restart-after actions)"
   fi
 else
-  fail "$name" "$(tail_of "$logs/restart.log" 25)"
+  # The launcher's own lines (whether it started a server, or gave up and why) come
+  # before Bazel's; the new server's log says how far its start got.
+  fail "$name" "launcher: $(grep '^clonestage:' "$logs/restart.log" | head -n 8 | tr '\n' ' ')" \
+    "$(tail_of "$logs/restart.log" 25)" "serve.log:" "$(tail_of "$cache/launcher/serve.log" 10)"
 fi
 
 name="kill: clonestage verify finds nothing wrong, and no work dir is left behind"

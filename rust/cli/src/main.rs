@@ -109,6 +109,12 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    if !matches!(cli.cmd, Cmd::Serve { .. } | Cmd::Bench(_)) {
+        // A one-shot command's report piped into `head` must end it quietly, as it does any
+        // Unix tool, not panic on EPIPE (Rust ignores SIGPIPE by default). The server and
+        // the bench keep ignoring it: they write to sockets and pipes of their own.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let cache = cli
         .cache
         .clone()

@@ -222,3 +222,30 @@ fn gc_accepts_sizes_and_reports() {
     assert!(out.contains("evicted 1 blobs"), "{out}");
     assert!(!cs(&c, &["gc", "--max-size", "lots"]).status.success());
 }
+
+#[test]
+fn a_report_piped_into_a_closed_reader_ends_by_sigpipe_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let t = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader); // `clonestage stats | head -0`: nobody reads
+    let o = Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(t.path().join("c"))
+        .arg("stats")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -1,12 +1,13 @@
 //! `clonestage address [--tcp]`: the Bazel flags that reach the server running on a cache.
 //! Unix socket: `--remote_executor=unix://<absolute socket path>`. TCP:
 //! `--remote_executor=grpc://127.0.0.1:<port>` and `--remote_header=x-clonestage-token=<token>`.
-//! Fails when no server holds the cache's lock, or when one does but is not ready yet.
+//! Fails when no server holds the cache's lock, or when one does but is not ready yet: its
+//! `tcp-port` file (port, then the writer's pid) is missing or was written by another process.
 
 use crate::auth::{read_token, TOKEN_HEADER};
 use crate::layout::Layout;
 use crate::lock::ServerLock;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 
 pub fn address(cache_dir: &Path, tcp: bool) -> Result<Vec<String>> {
@@ -21,16 +22,22 @@ pub fn address(cache_dir: &Path, tcp: bool) -> Result<Vec<String>> {
             cache.display()
         );
     };
-    let port = match std::fs::read_to_string(layout.tcp_port()) {
-        Ok(p) => p
-            .trim()
-            .parse::<u16>()
-            .with_context(|| format!("{}: not a port number", layout.tcp_port().display()))?,
-        Err(_) => bail!(
+    let starting = || {
+        anyhow!(
             "the clonestage server for {} (pid {pid}) is still starting; try again",
             cache.display()
-        ),
+        )
     };
+    // A server killed by SIGKILL leaves its tcp-port behind, and its successor takes the
+    // lock a moment before it removes that file: only the holder's own file counts.
+    let Ok(text) = std::fs::read_to_string(layout.tcp_port()) else {
+        return Err(starting());
+    };
+    let (port, writer) = parse_tcp_port(&text)
+        .with_context(|| format!("{}: not \"<port>\\n<pid>\"", layout.tcp_port().display()))?;
+    if writer != pid {
+        return Err(starting());
+    }
     if tcp {
         let token = read_token(&layout.token())?;
         Ok(vec![
@@ -42,5 +49,54 @@ pub fn address(cache_dir: &Path, tcp: bool) -> Result<Vec<String>> {
             "--remote_executor=unix://{}",
             layout.socket().display()
         )])
+    }
+}
+
+/// What the server writes into `tcp-port` once it is ready.
+pub(crate) fn tcp_port_text(port: u16) -> String {
+    format!("{port}\n{}\n", std::process::id())
+}
+
+fn parse_tcp_port(text: &str) -> Option<(u16, i32)> {
+    let mut lines = text.lines();
+    let port = lines.next()?.trim().parse().ok()?;
+    let pid = lines.next()?.trim().parse().ok()?;
+    Some((port, pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tcp_port_left_by_a_killed_server_is_not_an_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.server_dir()).unwrap();
+        // The killed server's file, then its successor between taking the lock and
+        // removing that file.
+        std::fs::write(layout.tcp_port(), "40001\n1\n").unwrap();
+        std::fs::write(layout.token(), "ab".repeat(32)).unwrap();
+        let _lock = ServerLock::acquire(&layout.lock()).unwrap();
+        let err = address(dir.path(), true).unwrap_err().to_string();
+        assert!(err.contains("still starting"), "{err}");
+
+        std::fs::write(layout.tcp_port(), tcp_port_text(40002)).unwrap();
+        let flags = address(dir.path(), true).unwrap();
+        assert_eq!(flags[0], "--remote_executor=grpc://127.0.0.1:40002");
+
+        std::fs::write(layout.tcp_port(), "40003\n").unwrap();
+        let err = format!("{:#}", address(dir.path(), true).unwrap_err());
+        assert!(err.contains("not \"<port>\\n<pid>\""), "{err}");
+    }
+
+    #[test]
+    fn no_lock_holder_means_no_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.server_dir()).unwrap();
+        std::fs::write(layout.tcp_port(), tcp_port_text(40004)).unwrap();
+        let err = address(dir.path(), false).unwrap_err().to_string();
+        assert!(err.contains("no clonestage server is running"), "{err}");
     }
 }

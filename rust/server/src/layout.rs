@@ -6,7 +6,8 @@
 //! <cache>/server/lock        flock'ed by the running server; holds its pid
 //! <cache>/server/clonestage.sock   the unix socket (0600)
 //! <cache>/server/token       the TCP token, 64 hex digits (0600)
-//! <cache>/server/tcp-port    the loopback port, written once the server is ready
+//! <cache>/server/tcp-port    the loopback port and the server's pid, one per line,
+//!                            written once the server is ready
 //! <cache>/work/<id>/         one action's work dir: root/ (the staged input root), stdout,
 //!                            stderr; removed after the action (by the janitor while no
 //!                            action runs), swept at start

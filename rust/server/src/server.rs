@@ -166,7 +166,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         );
     let tasks = vec![tokio::spawn(unix_server), tokio::spawn(tcp_server)];
 
-    write_atomically(&layout.tcp_port(), &format!("{tcp_port}\n"))?;
+    write_atomically(&layout.tcp_port(), &crate::address::tcp_port_text(tcp_port))?;
     tracing::info!(
         cache = %layout.cache.display(),
         socket = %layout.socket().display(),

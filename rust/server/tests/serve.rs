@@ -74,11 +74,11 @@ async fn files_are_private_and_address_prints_bazel_flags() {
     assert!(std::fs::metadata(&sock).unwrap().file_type().is_socket());
     assert_eq!(mode(&sock), 0o600);
     assert_eq!(mode(&server.join("token")), 0o600);
-    let port: u16 = std::fs::read_to_string(server.join("tcp-port"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let text = std::fs::read_to_string(server.join("tcp-port")).unwrap();
+    let mut lines = text.lines();
+    let port: u16 = lines.next().unwrap().parse().unwrap();
+    let pid: u32 = lines.next().unwrap().parse().unwrap();
+    assert_eq!(pid, std::process::id());
     assert_eq!(port, s.handle().tcp_port());
 
     let unix = clonestage_server::address(&s.cache(), false).unwrap();
