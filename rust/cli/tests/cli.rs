@@ -249,3 +249,46 @@ fn a_report_piped_into_a_closed_reader_ends_by_sigpipe_not_a_panic() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn bench_json_has_every_method_and_the_ratios_against_both_raw_baselines() {
+    let t = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .args([
+            "bench",
+            "--shape",
+            "small_flat",
+            "--runs",
+            "2",
+            "--min-runs",
+            "2",
+        ])
+        .args(["--copy-runs", "1", "--loaded", "never", "--json", "--dir"])
+        .arg(t.path())
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = |m: &str| {
+        rows.iter()
+            .find(|r| r["method"] == m)
+            .unwrap_or_else(|| panic!("no {m} row in {out}"))
+    };
+    for m in ["hardlink", "hardlink_cas", "copy", "symlink"] {
+        assert_eq!(row(m)["files"], 64, "{m}");
+        assert!(row(m)["median_ms"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    for m in ["stage_cold", "stage_warm"] {
+        let r = row(m);
+        assert_eq!(r["runs"], 2, "{m}");
+        let raw = r["vs_raw"].as_str().unwrap();
+        assert_eq!(r["vs_raw_cas"], format!("{raw}_cas"), "{m}");
+        assert!(r["vs_raw_cas_paired"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(r["counters"][raw].as_u64().unwrap() > 0, "{m}: {r}");
+    }
+    // The bench removes its work directory.
+    assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
+}

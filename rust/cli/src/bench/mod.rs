@@ -7,7 +7,8 @@
 //!
 //! - the raw per-file methods the filesystem supports (`raw.rs`): `hardlink`, `reflink` (where
 //!   FICLONE works), `copy` (every byte), `symlink` (Bazel's sandbox symlink forest), and on
-//!   btrfs `snapshot` (one subvolume snapshot: the floor of a whole-tree clone);
+//!   btrfs `snapshot` (one subvolume snapshot: the floor of a whole-tree clone); and
+//!   `hardlink_cas` / `reflink_cas`, the same syscalls from the cache's blob files;
 //! - clonestage's stage (`Stager::stage`, which includes validating the tree, pinning it and
 //!   recording counters): `stage_cold`, the first stage with an empty subtree cache (a fresh
 //!   `Stager`, `<cache>/subtrees/` and `subtrees.seen` removed); where the filesystem clones
@@ -399,6 +400,8 @@ struct Ctx<'a> {
     digest: Digest,
     /// The cached `sdk` subvolume that raw `snapshot` clones (btrfs, after warm-up).
     snap_src: Option<PathBuf>,
+    /// The blobs the raw `*_cas` methods link or clone from (the warm cache's).
+    cas: Option<raw::CasSource>,
     rows: Vec<Row>,
     recording: bool,
     seq: usize,
@@ -435,7 +438,7 @@ impl Ctx<'_> {
     fn raw(&mut self, m: Raw, method: &str, threads: usize) -> Result<()> {
         let dest = self.dest(method);
         let cpu = thread_cpu_us();
-        let d = raw::run(m, &self.man, &self.src, &dest, threads)
+        let d = raw::run(m, &self.man, &self.src, self.cas.as_ref(), &dest, threads)
             .with_context(|| format!("{method} into {}", dest.display()))?;
         trace_cpu(method, d, cpu);
         if self.recording {
@@ -664,11 +667,12 @@ fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Result
         tree_fs,
     };
 
-    let mut raws = vec![Raw::Hardlink];
+    let mut raws = vec![Raw::Hardlink, Raw::HardlinkCas];
     if env.reflink {
-        raws.push(Raw::Reflink);
+        raws.extend([Raw::Reflink, Raw::ReflinkCas]);
     }
     raws.extend([Raw::Copy, Raw::Symlink]);
+    let cas = Some(raw::CasSource::open(&cache_warm, &man)?);
     let n = man.files.len();
     let mut rows: Vec<Row> = raws
         .iter()
@@ -700,6 +704,7 @@ fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Result
         dst,
         digest,
         snap_src: None,
+        cas,
         rows,
         recording: false,
         seq: 0,
@@ -800,6 +805,7 @@ fn sweep_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Result
         dst,
         digest: Digest::default(),
         snap_src: None,
+        cas: None,
         rows,
         recording: false,
         seq: 0,

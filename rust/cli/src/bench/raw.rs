@@ -3,6 +3,11 @@
 //! directory fds (source and destination), nothing else (no chmod, no stat, no bookkeeping).
 //!
 //! - `hardlink`: `linkat` per file from the source tree (what NativeLink / Buildbarn do).
+//! - `hardlink_cas`, `reflink_cas`: the same from the cache's own blob files, through shard
+//!   directory fds opened once before the runs (as the engine keeps them): the syscalls any
+//!   stager that links from a sharded content cache must make. Against `hardlink`, the
+//!   difference is the cost of the cache's layout (each file's source in a different
+//!   directory, a long name); against `stage_cold`, what clonestage's own work adds.
 //! - `reflink`: `openat` + `openat(O_CREAT|O_EXCL, 0o444)` + `ioctl(FICLONE)` per file
 //!   (on macOS `clonefileat` per file).
 //! - `copy`: the same opens, then `read`/`write` of every byte (deliberately not
@@ -51,6 +56,8 @@ pub enum Raw {
     Reflink,
     Copy,
     Symlink,
+    HardlinkCas,
+    ReflinkCas,
 }
 
 impl Raw {
@@ -60,7 +67,57 @@ impl Raw {
             Raw::Reflink => "reflink",
             Raw::Copy => "copy",
             Raw::Symlink => "symlink",
+            Raw::HardlinkCas => "hardlink_cas",
+            Raw::ReflinkCas => "reflink_cas",
         }
+    }
+
+    /// Whether this method takes each file from the cache's blob files, not the source tree.
+    pub fn reads_cache(self) -> bool {
+        matches!(self, Raw::HardlinkCas | Raw::ReflinkCas)
+    }
+}
+
+/// Each manifest file's blob in a cache: the shard directories, open, and per file (in
+/// manifest order) its shard and leaf name.
+pub struct CasSource {
+    shards: Vec<OwnedFd>,
+    files: Vec<(usize, CString)>,
+}
+
+impl CasSource {
+    /// Hash every source file (not timed) and find its blob in `cache`.
+    pub fn open(cache: &clonestage_engine::Cache, man: &Manifest) -> anyhow::Result<CasSource> {
+        use anyhow::Context;
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut shards = Vec::new();
+        let mut files = Vec::with_capacity(man.files.len());
+        for f in &man.files {
+            let src = Path::new(std::ffi::OsStr::from_bytes(f.target.to_bytes()));
+            let file =
+                std::fs::File::open(src).with_context(|| format!("open {}", src.display()))?;
+            let d = clonestage_engine::Digest::of_reader(file)
+                .with_context(|| format!("read {}", src.display()))?;
+            let blob = cache.blob_path(&d);
+            anyhow::ensure!(
+                blob.is_file(),
+                "{} is not in the cache as {}",
+                src.display(),
+                blob.display()
+            );
+            let dir = blob.parent().expect("sharded").to_path_buf();
+            let shard = match dirs.iter().position(|x| *x == dir) {
+                Some(i) => i,
+                None => {
+                    shards.push(open_dir(&dir).with_context(|| format!("open {}", dir.display()))?);
+                    dirs.push(dir);
+                    dirs.len() - 1
+                }
+            };
+            let leaf = cpath(Path::new(blob.file_name().expect("leaf")))?;
+            files.push((shard, leaf));
+        }
+        Ok(CasSource { shards, files })
     }
 }
 
@@ -116,19 +173,23 @@ fn create_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
     cvt(unsafe { libc::openat(dir, name.as_ptr(), flags, 0o444 as libc::c_uint) }).map(owned)
 }
 
-/// Clone file `name` of directory `src` into directory `dst` under the same name.
+/// Clone file `sname` of directory `src` into directory `dst` as `dname`.
 #[cfg(target_os = "linux")]
-fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
-    let s = open_src(src, name)?;
-    let t = create_at(dst, name)?;
+fn clone_at_named(src: RawFd, sname: &CStr, dst: RawFd, dname: &CStr) -> io::Result<()> {
+    let s = open_src(src, sname)?;
+    let t = create_at(dst, dname)?;
     cvt(unsafe { libc::ioctl(t.as_raw_fd(), libc::FICLONE, s.as_raw_fd()) }).map(|_| ())
 }
 
 #[cfg(target_os = "macos")]
-fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
+fn clone_at_named(src: RawFd, sname: &CStr, dst: RawFd, dname: &CStr) -> io::Result<()> {
     const CLONE_NOFOLLOW: u32 = 0x0001;
-    cvt(unsafe { libc::clonefileat(src, name.as_ptr(), dst, name.as_ptr(), CLONE_NOFOLLOW) })
+    cvt(unsafe { libc::clonefileat(src, sname.as_ptr(), dst, dname.as_ptr(), CLONE_NOFOLLOW) })
         .map(|_| ())
+}
+
+fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
+    clone_at_named(src, name, dst, name)
 }
 
 fn copy_fd(src: &OwnedFd, dst: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
@@ -167,12 +228,24 @@ fn copy_fd(src: &OwnedFd, dst: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
 
 fn place(
     m: Raw,
-    f: &FileEnt,
+    (i, f): (usize, &FileEnt),
     src: &[OwnedFd],
+    cas: Option<&CasSource>,
     dst: &[OwnedFd],
     buf: &mut Vec<u8>,
 ) -> io::Result<()> {
     let d = dst[f.dir].as_raw_fd();
+    if m.reads_cache() {
+        let cas = cas.expect("a cas method has its CasSource");
+        let (shard, leaf) = &cas.files[i];
+        let s = cas.shards[*shard].as_raw_fd();
+        if m == Raw::HardlinkCas {
+            cvt(unsafe { libc::linkat(s, leaf.as_ptr(), d, f.name.as_ptr(), 0) })?;
+        } else {
+            clone_at_named(s, leaf, d, &f.name)?;
+        }
+        return Ok(());
+    }
     match m {
         Raw::Hardlink => {
             cvt(unsafe {
@@ -189,6 +262,7 @@ fn place(
             cvt(unsafe { libc::symlinkat(f.target.as_ptr(), d, f.name.as_ptr()) })?;
         }
         Raw::Reflink => clone_at(src[f.dir].as_raw_fd(), d, &f.name)?,
+        Raw::HardlinkCas | Raw::ReflinkCas => unreachable!("placed from the cache above"),
         Raw::Copy => {
             if buf.is_empty() {
                 buf.resize(1 << 20, 0);
@@ -207,6 +281,7 @@ pub fn run(
     m: Raw,
     man: &Manifest,
     src_root: &Path,
+    cas: Option<&CasSource>,
     dst: &Path,
     threads: usize,
 ) -> io::Result<Duration> {
@@ -220,7 +295,7 @@ pub fn run(
         dfds.push(fd);
     }
     let mut sfds = Vec::new();
-    if m != Raw::Symlink {
+    if m != Raw::Symlink && !m.reads_cache() {
         sfds.push(open_dir(src_root)?);
         for d in &man.dirs[1..] {
             let fd = open_dir_at(sfds[d.parent].as_raw_fd(), &d.name)?;
@@ -229,8 +304,8 @@ pub fn run(
     }
     if threads <= 1 {
         let mut buf = Vec::new();
-        for f in &man.files {
-            place(m, f, &sfds, &dfds, &mut buf)?;
+        for f in man.files.iter().enumerate() {
+            place(m, f, &sfds, cas, &dfds, &mut buf)?;
         }
     } else {
         let next = AtomicUsize::new(0);
@@ -245,8 +320,8 @@ pub fn run(
                             if start >= n {
                                 return Ok(());
                             }
-                            for f in &man.files[start..(start + BATCH).min(n)] {
-                                place(m, f, &sfds, &dfds, &mut buf)?;
+                            for i in start..(start + BATCH).min(n) {
+                                place(m, (i, &man.files[i]), &sfds, cas, &dfds, &mut buf)?;
                             }
                         }
                     })

@@ -201,6 +201,13 @@ fn baseline<'a>(rows: &'a [Row], r: &Row, sweep: bool) -> Option<&'a Row> {
     }
 }
 
+/// The raw method a stage row compares with, timed from the cache's blob files
+/// (`hardlink_cas`, `reflink_cas`), where the bench ran it.
+fn cas_counterpart<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+    let raw = r.raw_counterpart()?;
+    find(rows, &format!("{raw}_cas"), 1)
+}
+
 fn round3(x: f64) -> Value {
     if x.is_finite() {
         json!((x * 1000.0).round() / 1000.0)
@@ -250,6 +257,14 @@ pub fn json_lines(rows: &[Row], fs: &str, sweep: bool) -> Vec<String> {
                     }
                 }
             }
+            if let Some(b) = cas_counterpart(rows, r) {
+                o.insert("vs_raw_cas".into(), json!(b.method));
+                o.insert("vs_raw_cas_median".into(), round3(r.median() / b.median()));
+                o.insert("vs_raw_cas_min".into(), round3(r.min() / b.min()));
+                if let Some(p) = paired(r, b) {
+                    o.insert("vs_raw_cas_paired".into(), round3(p));
+                }
+            }
             if !r.estimates.is_empty() {
                 let f: Vec<Value> = r.estimates.iter().map(|e| json!(e.0.round())).collect();
                 let t: Vec<Value> = r.estimates.iter().map(|e| json!(e.1.round())).collect();
@@ -285,7 +300,11 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
         format!("min/{b}")
     );
     if !sweep {
-        let _ = write!(out, "  {:<31} staged by", "vs raw: med  min  paired");
+        let _ = write!(
+            out,
+            "  {:<31} {:<17} staged by",
+            "vs raw: med  min  paired", "vs cas: med paired"
+        );
     }
     out.push('\n');
     for r in rows.iter().filter(|r| !r.samples.is_empty()) {
@@ -330,7 +349,21 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
                     })
                 })
                 .unwrap_or_default();
-            let _ = write!(out, "  {:<31} {}", vs, r.staged_by().unwrap_or_default());
+            let vs_cas = cas_counterpart(rows, r)
+                .map(|b| {
+                    let p = paired(r, b)
+                        .map(|p| format!("{p:.2}"))
+                        .unwrap_or_else(|| "-".into());
+                    format!("        {:.2} {:>6}", r.median() / b.median(), p)
+                })
+                .unwrap_or_default();
+            let _ = write!(
+                out,
+                "  {:<31} {:<17} {}",
+                vs,
+                vs_cas,
+                r.staged_by().unwrap_or_default()
+            );
         }
         out.push('\n');
     }

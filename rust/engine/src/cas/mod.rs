@@ -279,13 +279,22 @@ impl Cache {
         if d.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        // Relative to the open blobs dir, and one read of size + 1 bytes (a longer file shows
+        // Relative to the open shard dir, and one read of size + 1 bytes (a longer file shows
         // up as one byte too many): 3 syscalls instead of std::fs::read's 5 and a path walk.
         // Staging reads every Directory of a cold tree this way.
         let rel = RelName::new(d);
         let read = || -> std::io::Result<Vec<u8>> {
             use std::io::Read;
-            let mut f = crate::platform::open_read_at(self.blobs.as_raw_fd(), rel.as_cstr())?;
+            // Through the kept shard fd (no walk through blobs/); from the top again when
+            // that shard was removed and made again behind this process's back.
+            let (dir, name) = self.locate(&rel, false);
+            let mut f = match crate::platform::open_read_at(dir, name) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let (dir, name) = self.locate_from_top(&rel, false);
+                    crate::platform::open_read_at(dir, name)?
+                }
+                r => r?,
+            };
             let want = usize::try_from(d.size).unwrap_or(usize::MAX - 1);
             let mut v = Vec::with_capacity(want.saturating_add(1).min(1 << 30));
             (&mut f)

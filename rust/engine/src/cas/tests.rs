@@ -166,3 +166,19 @@ fn a_dead_process_pin_does_not_block_eviction() {
     assert!(!c.contains(&d));
     assert!(!c.root().join("pins/999999-1").exists());
 }
+
+#[test]
+fn read_finds_a_blob_whose_shard_was_made_again_behind_its_back() {
+    let (_t, c) = cache();
+    let d = c.put_bytes(b"directory bytes", None).unwrap();
+    assert_eq!(c.read(&d).unwrap().unwrap(), b"directory bytes"); // keeps the shard fd
+    let blob = c.blob_path(&d);
+    let shard = blob.parent().unwrap().to_path_buf();
+    let old = shard.with_extension("old");
+    std::fs::rename(&shard, &old).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    std::fs::rename(old.join(blob.file_name().unwrap()), &blob).unwrap();
+    assert_eq!(c.read(&d).unwrap().unwrap(), b"directory bytes");
+    let absent = Digest::of_bytes(b"never stored");
+    assert!(c.read(&absent).unwrap().is_none());
+}

@@ -5,6 +5,7 @@
 
 use super::device::{Devices, FileMethod};
 use super::plan::{Memo, Plan};
+use super::Modes;
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
@@ -50,7 +51,7 @@ pub(crate) struct Builder<'a> {
     pub tree_clone: Option<TreeClone>,
     pub file_us: f64,
     pub tree_clone_us: f64,
-    pub fix_modes: bool,
+    pub modes: Modes,
     pub fail_after: Option<usize>,
     pub counters: Counters,
     /// Cache inodes hardlinked into the root, one entry per link (duplicates are removed
@@ -74,7 +75,7 @@ impl<'a> Builder<'a> {
         method: FileMethod,
         tree_clone: Option<TreeClone>,
         costs: (f64, f64),
-        fix_modes: bool,
+        modes: Modes,
         fail_after: Option<usize>,
     ) -> Self {
         Builder {
@@ -87,7 +88,7 @@ impl<'a> Builder<'a> {
             tree_clone,
             file_us: costs.0,
             tree_clone_us: costs.1,
-            fix_modes,
+            modes,
             fail_after,
             counters: Counters::default(),
             linked: Vec::new(),
@@ -134,10 +135,15 @@ impl<'a> Builder<'a> {
             {
                 continue;
             }
-            let child = dir.mkdir_at(&name, 0o755).ctx("mkdirat", &p)?;
+            let direct = self.modes.dirs_direct;
+            let child = dir
+                .mkdir_at(&name, if direct { 0o555 } else { 0o755 })
+                .ctx("mkdirat", &p)?;
             self.counters.directories += 1;
             self.fill(plan, &child, &p, &sd, subtrees)?;
-            child.chmod(0o555).ctx("chmod", &p)?;
+            if !direct {
+                child.chmod(0o555).ctx("chmod", &p)?;
+            }
         }
         Ok(())
     }
@@ -417,7 +423,7 @@ impl<'a> Builder<'a> {
 
     /// Only when the umask would have cleared bits of the mode we asked for.
     fn fix_mode(&self, dir: &Dir, name: &CStr, mode: u32, p: &Path) -> Result<()> {
-        if self.fix_modes {
+        if self.modes.fix_files {
             dir.chmod_file_at(name, mode).ctx("chmod", p)?;
         }
         Ok(())

@@ -129,6 +129,49 @@ fn contract_on(base: &Path) -> (tempfile::TempDir, Stager, StagedRoot) {
 }
 
 #[test]
+fn the_portable_mode_path_keeps_the_contract_too() {
+    // CI runs as root, where directories are made 0o555 at once; a non-root user's stager
+    // makes them 0o755 and chmods them once full. Both must give the contract.
+    let (t, st) = setup(&std::env::temp_dir());
+    let st = st.without_mode_shortcuts();
+    assert!(!st.modes.dirs_direct && !st.modes.root_exact);
+    sample(&t.path().join("src"), 8);
+    let d = ingest(&st, &t.path().join("src"));
+    let mut r = req(d, t.path().join("root"));
+    r.outputs = vec!["pkg/gen/deep/out.o".into(), "pkg/a.swiftmodule".into()];
+    st.stage(&r).unwrap();
+    assert_contract(&t.path().join("root"), st.cache());
+}
+
+#[test]
+fn root_fills_read_only_directories_directly_and_the_probe_leaves_nothing() {
+    let (t, st) = setup(&std::env::temp_dir());
+    let umask = crate::platform::current_umask();
+    // Who may write into a 0o555 directory: on Linux whoever has CAP_DAC_OVERRIDE in the
+    // effective set (root, unless a container dropped it); elsewhere root.
+    let cap_eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        });
+    // SAFETY: geteuid has no preconditions.
+    let may = cap_eff.map_or(unsafe { libc::geteuid() } == 0, |c| c & (1 << 1) != 0);
+    assert_eq!(
+        st.modes.dirs_direct,
+        may && umask & 0o555 == 0,
+        "CAP_DAC_OVERRIDE or root: {may}, umask {umask:o}"
+    );
+    let tmp: Vec<_> = std::fs::read_dir(t.path().join("cache/tmp"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(tmp.is_empty(), "{tmp:?}");
+}
+
+#[test]
 fn contract_hardlink_never_touches_cache_inodes() {
     let (t, st, staged) = contract_on(&std::env::temp_dir());
     let c = &staged.counters;
