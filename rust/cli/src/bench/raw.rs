@@ -235,18 +235,19 @@ fn place(
     buf: &mut Vec<u8>,
 ) -> io::Result<()> {
     let d = dst[f.dir].as_raw_fd();
-    if m.reads_cache() {
-        let cas = cas.expect("a cas method has its CasSource");
-        let (shard, leaf) = &cas.files[i];
-        let s = cas.shards[*shard].as_raw_fd();
-        if m == Raw::HardlinkCas {
-            cvt(unsafe { libc::linkat(s, leaf.as_ptr(), d, f.name.as_ptr(), 0) })?;
-        } else {
-            clone_at_named(s, leaf, d, &f.name)?;
-        }
-        return Ok(());
-    }
     match m {
+        Raw::HardlinkCas | Raw::ReflinkCas => {
+            let Some(cas) = cas else {
+                return Err(io::Error::other("no cache to take blobs from"));
+            };
+            let (shard, leaf) = &cas.files[i];
+            let s = cas.shards[*shard].as_raw_fd();
+            if m == Raw::HardlinkCas {
+                cvt(unsafe { libc::linkat(s, leaf.as_ptr(), d, f.name.as_ptr(), 0) })?;
+            } else {
+                clone_at_named(s, leaf, d, &f.name)?;
+            }
+        }
         Raw::Hardlink => {
             cvt(unsafe {
                 libc::linkat(
@@ -262,7 +263,6 @@ fn place(
             cvt(unsafe { libc::symlinkat(f.target.as_ptr(), d, f.name.as_ptr()) })?;
         }
         Raw::Reflink => clone_at(src[f.dir].as_raw_fd(), d, &f.name)?,
-        Raw::HardlinkCas | Raw::ReflinkCas => unreachable!("placed from the cache above"),
         Raw::Copy => {
             if buf.is_empty() {
                 buf.resize(1 << 20, 0);

@@ -127,16 +127,19 @@ impl Devices {
         self.persist(cache, key);
     }
 
-    /// Fold measured costs into the running averages (persisted when they move by >25%).
+    /// Fold measured costs into the running averages. True when they moved by >25% and the
+    /// last save is old enough: the caller then `persist`s, as bookkeeping after the stage
+    /// (a read, a write and a rename of devices.json: no business of the timed path).
     pub(crate) fn observe(
         &self,
-        cache: &Cache,
         key: (u64, u64),
         file_us: Option<f64>,
         tree_us: Option<f64>,
-    ) {
+    ) -> bool {
         let mut map = self.map.lock().unwrap();
-        let Some(p) = map.get_mut(&key) else { return };
+        let Some(p) = map.get_mut(&key) else {
+            return false;
+        };
         let (f0, t0) = (p.file_us, p.tree_clone_us);
         if let Some(f) = file_us {
             p.file_us = 0.7 * p.file_us + 0.3 * f;
@@ -150,13 +153,13 @@ impl Devices {
             let mut last = self.last_saved.lock().unwrap();
             if !matches!(*last, Some(t) if t.elapsed() < SAVE_ESTIMATES_EVERY) {
                 *last = Some(Instant::now());
-                drop(last);
-                self.persist(cache, key);
+                return true;
             }
         }
+        false
     }
 
-    fn persist(&self, cache: &Cache, key: (u64, u64)) {
+    pub(crate) fn persist(&self, cache: &Cache, key: (u64, u64)) {
         let Some(p) = self.map.lock().unwrap().get(&key).cloned() else {
             return;
         };
@@ -238,4 +241,32 @@ fn probe_tree_clone(cache: &Cache, dst: &Dir, dest_parent: &Path) -> Option<(Tre
     }
     let _ = crate::remove::remove_tree(&src);
     best.map(|us| (kind, us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moved_estimates_fall_due_once_per_interval_and_only_persist_writes_them() {
+        let t = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&t.path().join("cache")).unwrap();
+        let devices = Devices::default();
+        let parent = Dir::open(t.path()).unwrap();
+        let key = Devices::key_of(&cache, &parent).unwrap();
+        let f0 = devices.get(&cache, key, t.path()).file_us;
+        let saved = cache.root().join("devices.json");
+        std::fs::remove_file(&saved).unwrap(); // written by the first sight (the probe)
+        assert!(!devices.observe(key, Some(f0), None), "unmoved");
+        assert!(devices.observe(key, Some(f0 * 10.0 + 100.0), None), "moved");
+        assert!(!saved.exists(), "observe itself writes nothing");
+        assert!(
+            !devices.observe(key, Some(f0 * 1000.0 + 1e5), None),
+            "due at most every {SAVE_ESTIMATES_EVERY:?}"
+        );
+        devices.persist(&cache, key);
+        let all = load_all(&cache);
+        let p = &all[&key_str(key)];
+        assert!(p.file_us > f0 * 2.0, "{} vs {f0}", p.file_us);
+    }
 }

@@ -46,7 +46,7 @@ pub struct StageRequest {
     pub symlinks: SymlinkPolicy,
     /// Testing: fail after placing this many files (proves cleanup).
     pub fail_after_files: Option<usize>,
-    /// Leave the bookkeeping (access log, persistent counters) to a later
+    /// Leave the bookkeeping (access log, persistent counters, saved cost estimates) to a later
     /// `Stager::record(&staged)`, off the action's critical path (the server does this).
     pub defer_bookkeeping: bool,
 }
@@ -65,6 +65,8 @@ pub struct StagedRoot {
     pub micros: u64,
     linked: Vec<(Digest, build::Inode)>,
     linked_unique: std::sync::OnceLock<Vec<(Digest, build::Inode)>>,
+    /// The device whose cost estimates this stage moved enough to save (by `Stager::record`).
+    profile_due: Option<(u64, u64)>,
     cache: Arc<Cache>,
     _pin: PinGuard,
 }
@@ -296,7 +298,7 @@ impl Stager {
             .then(|| b.per_file_time.as_secs_f64() * 1e6 / b.per_file_count as f64);
         let tree_us = (!b.tree_times.is_empty())
             .then(|| b.tree_times.iter().sum::<f64>() / b.tree_times.len() as f64);
-        self.devices.observe(&self.cache, key, file_us, tree_us);
+        let profile_due = self.devices.observe(key, file_us, tree_us).then_some(key);
         tracing::debug!(
             root = %req.root,
             dest = %dest.display(),
@@ -314,6 +316,7 @@ impl Stager {
             micros,
             linked: std::mem::take(&mut b.linked),
             linked_unique: Default::default(),
+            profile_due,
             cache: self.cache.clone(),
             _pin: pin,
         };
@@ -323,12 +326,22 @@ impl Stager {
         Ok(staged)
     }
 
-    /// Log the root's use (for LRU eviction) and add the stage's counters to the persistent
-    /// ones. Done by `stage` unless the request deferred it.
+    /// Log the root's use (for LRU eviction), add the stage's counters to the persistent
+    /// ones and save the device's cost estimates if they moved. Done by `stage` unless the
+    /// request deferred it.
     pub fn record(&self, staged: &StagedRoot) {
         self.cache.note_access(&staged.root);
+        self.save_estimates(staged);
         if let Err(e) = stats::record(self.cache.root(), &staged.counters) {
             tracing::warn!(error = %e, "cannot record stage counters");
+        }
+    }
+
+    /// Save the device's cost estimates if this stage moved them (part of `record`; a caller
+    /// doing its own bookkeeping calls it after handing out the root).
+    pub fn save_estimates(&self, staged: &StagedRoot) {
+        if let Some(key) = staged.profile_due {
+            self.devices.persist(&self.cache, key);
         }
     }
 }

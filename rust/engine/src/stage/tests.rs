@@ -420,6 +420,33 @@ fn every_class_of_bad_name_and_symlink_is_rejected_and_nothing_is_created() {
                 ..Default::default()
             },
         ),
+        (
+            "two entries of different kinds",
+            Directory {
+                files: vec![file("a", blob), file("l", blob)],
+                ..sym("x")
+            },
+        ),
+        (
+            "two entries of different kinds",
+            Directory {
+                directories: vec![DirectoryNode {
+                    name: "l".into(),
+                    digest: Some(sub.to_proto()),
+                }],
+                ..sym("x")
+            },
+        ),
+        (
+            "digest missing",
+            Directory {
+                files: vec![FileNode {
+                    name: "nodigest".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        ),
         ("absolute target", sym("/etc/passwd")),
         ("climbs out", sym("../../outside")),
         ("empty target", sym("")),

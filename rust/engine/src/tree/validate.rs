@@ -43,58 +43,67 @@ pub fn validate_directory(
         digest: *digest,
         reason: what,
     };
-    let mut all: Vec<&str> =
-        Vec::with_capacity(dir.files.len() + dir.directories.len() + dir.symlinks.len());
-    for (kind, names) in [
-        (
-            "files",
-            dir.files
-                .iter()
-                .map(|f| f.name.as_str())
-                .collect::<Vec<_>>(),
-        ),
-        (
-            "directories",
-            dir.directories.iter().map(|d| d.name.as_str()).collect(),
-        ),
-        (
-            "symlinks",
-            dir.symlinks.iter().map(|s| s.name.as_str()).collect(),
-        ),
-    ] {
-        for (i, n) in names.iter().enumerate() {
+    // Each kind sorted strictly (so no duplicates within it), then no name shared between
+    // kinds: a merge of the sorted lists, no allocation. This runs once per Directory of
+    // every cold stage.
+    fn sorted<'a>(
+        kind: &str,
+        names: impl Iterator<Item = &'a str>,
+        bad: &dyn Fn(String) -> Error,
+    ) -> Result<()> {
+        let mut prev: Option<&str> = None;
+        for (i, n) in names.enumerate() {
             validate_name(n).map_err(|r| bad(format!("{kind}[{i}]: {r}")))?;
-            if i > 0 {
-                match names[i - 1].cmp(n) {
-                    std::cmp::Ordering::Less => {}
-                    std::cmp::Ordering::Equal => {
-                        return Err(bad(format!("duplicate name '{n}' in {kind}")))
-                    }
-                    std::cmp::Ordering::Greater => {
-                        return Err(bad(format!(
-                            "{kind} not sorted: '{}' before '{n}'",
-                            names[i - 1]
-                        )))
-                    }
+            match prev.map(|p| p.cmp(n)) {
+                None | Some(std::cmp::Ordering::Less) => {}
+                Some(std::cmp::Ordering::Equal) => {
+                    return Err(bad(format!("duplicate name '{n}' in {kind}")))
+                }
+                Some(std::cmp::Ordering::Greater) => {
+                    return Err(bad(format!(
+                        "{kind} not sorted: '{}' before '{n}'",
+                        prev.unwrap_or_default()
+                    )))
                 }
             }
+            prev = Some(n);
         }
-        all.extend(names);
+        Ok(())
     }
-    all.sort_unstable();
-    if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+    /// The first name two strictly sorted lists share.
+    fn common<'a>(
+        mut a: impl Iterator<Item = &'a str>,
+        mut b: impl Iterator<Item = &'a str>,
+    ) -> Option<&'a str> {
+        let (mut x, mut y) = (a.next()?, b.next()?);
+        loop {
+            match x.cmp(y) {
+                std::cmp::Ordering::Less => x = a.next()?,
+                std::cmp::Ordering::Greater => y = b.next()?,
+                std::cmp::Ordering::Equal => return Some(x),
+            }
+        }
+    }
+    let files = || dir.files.iter().map(|f| f.name.as_str());
+    let dirs = || dir.directories.iter().map(|d| d.name.as_str());
+    let links = || dir.symlinks.iter().map(|s| s.name.as_str());
+    sorted("files", files(), &bad)?;
+    sorted("directories", dirs(), &bad)?;
+    sorted("symlinks", links(), &bad)?;
+    if let Some(n) = common(files(), dirs())
+        .or_else(|| common(files(), links()))
+        .or_else(|| common(dirs(), links()))
+    {
         return Err(bad(format!(
-            "name '{}' used by two entries of different kinds",
-            w[0]
+            "name '{n}' used by two entries of different kinds"
         )));
     }
+    // The entry's name is enough context: `bad` adds the directory's path and digest.
     for f in &dir.files {
-        Digest::from_opt_proto(f.digest.as_ref(), &join(path, &f.name))
-            .map_err(|e| bad(e.to_string()))?;
+        Digest::from_opt_proto(f.digest.as_ref(), &f.name).map_err(|e| bad(e.to_string()))?;
     }
     for d in &dir.directories {
-        Digest::from_opt_proto(d.digest.as_ref(), &join(path, &d.name))
-            .map_err(|e| bad(e.to_string()))?;
+        Digest::from_opt_proto(d.digest.as_ref(), &d.name).map_err(|e| bad(e.to_string()))?;
     }
     let depth = if path.is_empty() {
         0

@@ -168,8 +168,9 @@ async fn respond(
                 failed: failed && !ex.stats.timed_out,
                 timed_out: ex.stats.timed_out,
             };
-            // The counters and the access log are written by a batched background flush, and
-            // the work dir is removed in the background: neither delays the response.
+            // The counters and the access log are written by a batched background flush; the
+            // device's cost estimates (when they moved) are saved and the work dir removed in
+            // the background: none of it delays the response.
             let cached = cacheable(&prepared, &ex);
             let leftovers = ex.leftovers;
             state.add_stats(|p| {
@@ -177,7 +178,10 @@ async fn respond(
                 p.roots.push(leftovers.staged.root);
                 stats::add_action(&mut p.counters, &figures);
             });
-            state.background(move |state| leftovers.discard(state));
+            state.background(move |state| {
+                state.stager.save_estimates(&leftovers.staged);
+                leftovers.discard(state)
+            });
             let mut message = String::new();
             if !cached && ex.tampered > 0 {
                 message = format!(
