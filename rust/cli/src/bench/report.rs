@@ -183,6 +183,11 @@ fn paired(r: &Row, b: &Row) -> Option<f64> {
     })
 }
 
+/// `paired` for the table: two decimals, or "-".
+fn paired_text(r: &Row, b: &Row) -> String {
+    paired(r, b).map_or_else(|| "-".into(), |p| format!("{p:.2}"))
+}
+
 fn find<'a>(rows: &'a [Row], method: &str, threads: usize) -> Option<&'a Row> {
     rows.iter().find(|r| {
         r.method == method && (r.threads == threads || r.is_stage()) && !r.samples.is_empty()
@@ -336,14 +341,11 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
                 .raw_counterpart()
                 .and_then(|raw| {
                     find(rows, &raw, 1).map(|b| {
-                        let p = paired(r, b)
-                            .map(|p| format!("{p:.2}"))
-                            .unwrap_or_else(|| "-".into());
                         format!(
                             "{:.2} {:.2} {:>5} {}",
                             r.median() / b.median(),
                             r.min() / b.min(),
-                            p,
+                            paired_text(r, b),
                             raw
                         )
                     })
@@ -351,10 +353,11 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
                 .unwrap_or_default();
             let vs_cas = cas_counterpart(rows, r)
                 .map(|b| {
-                    let p = paired(r, b)
-                        .map(|p| format!("{p:.2}"))
-                        .unwrap_or_else(|| "-".into());
-                    format!("        {:.2} {:>6}", r.median() / b.median(), p)
+                    format!(
+                        "        {:.2} {:>6}",
+                        r.median() / b.median(),
+                        paired_text(r, b)
+                    )
                 })
                 .unwrap_or_default();
             let _ = write!(

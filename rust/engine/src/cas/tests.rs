@@ -4,6 +4,17 @@ use super::*;
 use crate::tree::{self, Directory, FileNode};
 use std::os::unix::fs::PermissionsExt;
 
+/// Move blob `d`'s shard directory away and make it again with the blob back in it (same
+/// inode): an fd a process kept on the old shard now names an empty directory.
+pub(crate) fn remake_shard_behind_its_back(c: &Cache, d: &Digest) {
+    let blob = c.blob_path(d);
+    let shard = blob.parent().unwrap().to_path_buf();
+    let old = shard.with_extension("old");
+    std::fs::rename(&shard, &old).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    std::fs::rename(old.join(blob.file_name().unwrap()), &blob).unwrap();
+}
+
 fn cache() -> (tempfile::TempDir, Cache) {
     let t = tempfile::tempdir().unwrap();
     let c = Cache::open(&t.path().join("c")).unwrap();
@@ -172,12 +183,7 @@ fn read_finds_a_blob_whose_shard_was_made_again_behind_its_back() {
     let (_t, c) = cache();
     let d = c.put_bytes(b"directory bytes", None).unwrap();
     assert_eq!(c.read(&d).unwrap().unwrap(), b"directory bytes"); // keeps the shard fd
-    let blob = c.blob_path(&d);
-    let shard = blob.parent().unwrap().to_path_buf();
-    let old = shard.with_extension("old");
-    std::fs::rename(&shard, &old).unwrap();
-    std::fs::create_dir(&shard).unwrap();
-    std::fs::rename(old.join(blob.file_name().unwrap()), &blob).unwrap();
+    remake_shard_behind_its_back(&c, &d);
     assert_eq!(c.read(&d).unwrap().unwrap(), b"directory bytes");
     let absent = Digest::of_bytes(b"never stored");
     assert!(c.read(&absent).unwrap().is_none());

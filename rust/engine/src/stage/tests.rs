@@ -374,6 +374,13 @@ fn dir_digest(cache: &Cache, dir: Directory) -> Digest {
     tree::put_directory(cache, &dir).unwrap()
 }
 
+fn subdir(name: &str, d: Digest) -> DirectoryNode {
+    DirectoryNode {
+        name: name.into(),
+        digest: Some(d.to_proto()),
+    }
+}
+
 fn file(name: &str, d: Digest) -> FileNode {
     FileNode {
         name: name.into(),
@@ -413,10 +420,7 @@ fn every_class_of_bad_name_and_symlink_is_rejected_and_nothing_is_created() {
             "two entries of different kinds",
             Directory {
                 files: vec![file("a", blob)],
-                directories: vec![DirectoryNode {
-                    name: "a".into(),
-                    digest: Some(sub.to_proto()),
-                }],
+                directories: vec![subdir("a", sub)],
                 ..Default::default()
             },
         ),
@@ -430,10 +434,7 @@ fn every_class_of_bad_name_and_symlink_is_rejected_and_nothing_is_created() {
         (
             "two entries of different kinds",
             Directory {
-                directories: vec![DirectoryNode {
-                    name: "l".into(),
-                    digest: Some(sub.to_proto()),
-                }],
+                directories: vec![subdir("l", sub)],
                 ..sym("x")
             },
         ),
@@ -457,10 +458,7 @@ fn every_class_of_bad_name_and_symlink_is_rejected_and_nothing_is_created() {
         let root = dir_digest(
             cache,
             Directory {
-                directories: vec![DirectoryNode {
-                    name: "pkg".into(),
-                    digest: Some(d.to_proto()),
-                }],
+                directories: vec![subdir("pkg", d)],
                 ..Default::default()
             },
         );
@@ -732,10 +730,7 @@ fn a_validated_subtree_is_checked_again_at_a_depth_where_its_symlink_escapes() {
     let outer = dir_digest(
         cache,
         Directory {
-            directories: vec![DirectoryNode {
-                name: "pkg".into(),
-                digest: Some(inner.to_proto()),
-            }],
+            directories: vec![subdir("pkg", inner)],
             ..Default::default()
         },
     );
@@ -769,10 +764,7 @@ fn a_remembered_subtree_is_not_read_again_but_its_files_are_still_checked() {
     let root = dir_digest(
         &cache,
         Directory {
-            directories: vec![DirectoryNode {
-                name: "sdk".into(),
-                digest: Some(sub.to_proto()),
-            }],
+            directories: vec![subdir("sdk", sub)],
             ..Default::default()
         },
     );
@@ -822,13 +814,7 @@ fn a_shard_directory_made_again_behind_the_stagers_back_still_stages() {
     let mut r = req(root, t.path().join("r1"));
     r.method = MethodPreference::Hardlink;
     st.stage(&r).unwrap(); // opens x's shard directory and keeps it open
-    let blob = cache.blob_path(&x);
-    let shard = blob.parent().unwrap().to_path_buf();
-    let old = shard.with_extension("old");
-    std::fs::rename(&shard, &old).unwrap();
-    std::fs::create_dir(&shard).unwrap();
-    // The blob moves with its inode: the kept fd now names an empty directory.
-    std::fs::rename(old.join(blob.file_name().unwrap()), &blob).unwrap();
+    crate::cas::tests::remake_shard_behind_its_back(&cache, &x);
     let mut r = req(root, t.path().join("r2"));
     r.method = MethodPreference::Hardlink;
     let staged = st.stage(&r).unwrap();

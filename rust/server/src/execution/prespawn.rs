@@ -225,23 +225,25 @@ mod tests {
         assert!(encode_request(Path::new("/w"), &[], &[("A=", "b")]).is_none());
     }
 
-    #[test]
-    fn a_pool_of_a_missing_wrapper_disables_itself() {
-        let p = Pool::start(Path::new("/nonexistent/clonestage-spawn"), 1);
+    /// Until the pool's starter thread has given up on its wrapper (at most 10 s).
+    fn wait_until_closed(p: &Pool) {
         let t0 = std::time::Instant::now();
         while !p.inner.closed.load(Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn a_pool_of_a_missing_wrapper_disables_itself() {
+        let p = Pool::start(Path::new("/nonexistent/clonestage-spawn"), 1);
+        wait_until_closed(&p);
         assert!(p.take().is_none());
     }
 
     #[test]
     fn a_wrapper_without_read_request_is_never_prespawned() {
         let p = Pool::start(Path::new("/bin/true"), 1);
-        let t0 = std::time::Instant::now();
-        while !p.inner.closed.load(Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_until_closed(&p);
         assert!(p.take().is_none());
         assert_eq!(p.idle(), 0);
     }
