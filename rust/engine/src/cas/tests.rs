@@ -188,3 +188,26 @@ fn read_finds_a_blob_whose_shard_was_made_again_behind_its_back() {
     let absent = Digest::of_bytes(b"never stored");
     assert!(c.read(&absent).unwrap().is_none());
 }
+
+#[test]
+fn read_refuses_a_blob_file_longer_or_shorter_than_its_digest() {
+    let (_t, c) = cache();
+    // Larger than one page, so a short first read would be visible too.
+    let data = vec![7u8; 10_000];
+    let d = c.put_bytes(&data, None).unwrap();
+    assert_eq!(c.read(&d).unwrap().unwrap(), data);
+    let p = c.blob_path(&d);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for len in [10_001u64, 9_999, 0] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+        match c.read(&d) {
+            Err(crate::Error::DigestMismatch { expected, .. }) => assert_eq!(expected, d),
+            other => panic!("a {len}-byte file read as {d}: {other:?}"),
+        }
+    }
+}

@@ -137,14 +137,20 @@ pub fn remove_tree_container(path: &Path) -> io::Result<bool> {
     Ok(true)
 }
 
-pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
+/// `renameat2(RENAME_NOREPLACE)`: relative to open directories, so the stager's final rename
+/// walks no path (`AT_FDCWD` for path forms).
+pub fn rename_noreplace_at(
+    from_dir: RawFd,
+    from: &CStr,
+    to_dir: RawFd,
+    to: &CStr,
+) -> io::Result<()> {
     let r = unsafe {
         libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
+            from_dir,
+            from.as_ptr(),
+            to_dir,
+            to.as_ptr(),
             libc::RENAME_NOREPLACE,
         )
     };

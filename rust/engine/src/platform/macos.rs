@@ -95,9 +95,23 @@ pub fn remove_tree_container(_path: &Path) -> io::Result<bool> {
     Ok(false)
 }
 
-pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    if unsafe { libc::renamex_np(f.as_ptr(), t.as_ptr(), libc::RENAME_EXCL) } == 0 {
+/// `renameatx_np(RENAME_EXCL)`: relative to open directories (`AT_FDCWD` for path forms).
+pub fn rename_noreplace_at(
+    from_dir: RawFd,
+    from: &CStr,
+    to_dir: RawFd,
+    to: &CStr,
+) -> io::Result<()> {
+    let r = unsafe {
+        libc::renameatx_np(
+            from_dir,
+            from.as_ptr(),
+            to_dir,
+            to.as_ptr(),
+            libc::RENAME_EXCL,
+        )
+    };
+    if r == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())

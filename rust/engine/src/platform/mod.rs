@@ -10,7 +10,8 @@
 //!   (a btrfs subvolume; a plain directory on APFS).
 //! - `clone_tree(src, dst_parent, name)`: clone a whole directory tree in one call.
 //! - `remove_tree_container(path)`: delete a tree made by the two above in one call if the OS can.
-//! - `rename_noreplace(from, to)`: atomic rename that fails with EEXIST instead of replacing.
+//! - `rename_noreplace_at(from_dir, from, to_dir, to)`: atomic rename that fails with EEXIST
+//!   instead of replacing (`rename_noreplace` below is its path form).
 
 mod dir;
 pub use dir::{
@@ -26,10 +27,16 @@ mod imp;
 
 pub use imp::{
     clone_file, clone_file_at, clone_tree, new_tree_container, remove_tree_container,
-    rename_noreplace, tree_clone_kind, FILE_CLONE_METHOD,
+    rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
 };
 
 use std::io;
+
+/// Atomic rename of path `from` to path `to` that fails with EEXIST instead of replacing.
+pub fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    rename_noreplace_at(libc::AT_FDCWD, &f, libc::AT_FDCWD, &t)
+}
 
 /// How a filesystem clones whole trees in one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

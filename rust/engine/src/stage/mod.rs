@@ -29,6 +29,7 @@ use crate::platform::{self, cstr, Dir};
 use crate::stats::{self, Counters};
 use crate::tree::{self, SymlinkPolicy};
 use std::collections::HashSet;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -279,7 +280,12 @@ impl Stager {
             });
         }
         b.save_sightings();
-        if let Err(e) = platform::rename_noreplace(&tmp, dest) {
+        let moved = cstr(&tmp_name).and_then(|from| {
+            let to = cstr(name)?;
+            let at = parent_dir.as_raw_fd();
+            platform::rename_noreplace_at(at, &from, at, &to)
+        });
+        if let Err(e) = moved {
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e.raw_os_error() {
                 Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => {
@@ -288,7 +294,6 @@ impl Stager {
                 _ => Error::io("rename", dest, e),
             });
         }
-        let _ = name;
 
         let micros = t0.elapsed().as_micros() as u64;
         let mut counters = std::mem::take(&mut b.counters);
