@@ -251,7 +251,7 @@ fn a_report_piped_into_a_closed_reader_ends_by_sigpipe_not_a_panic() {
 }
 
 #[test]
-fn bench_json_has_every_method_and_the_ratios_against_both_raw_baselines() {
+fn bench_json_has_every_method_and_the_ratios_against_the_raw_baselines_and_the_floor() {
     let t = tempfile::tempdir().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_clonestage"))
         .args([
@@ -277,7 +277,13 @@ fn bench_json_has_every_method_and_the_ratios_against_both_raw_baselines() {
             .find(|r| r["method"] == m)
             .unwrap_or_else(|| panic!("no {m} row in {out}"))
     };
-    for m in ["hardlink", "hardlink_cas", "copy", "symlink"] {
+    for m in [
+        "hardlink",
+        "hardlink_cas",
+        "hardlink_cas_tree",
+        "copy",
+        "symlink",
+    ] {
         assert_eq!(row(m)["files"], 64, "{m}");
         assert!(row(m)["median_ms"].as_f64().unwrap() > 0.0, "{m}");
     }
@@ -287,6 +293,8 @@ fn bench_json_has_every_method_and_the_ratios_against_both_raw_baselines() {
         let raw = r["vs_raw"].as_str().unwrap();
         assert_eq!(r["vs_raw_cas"], format!("{raw}_cas"), "{m}");
         assert!(r["vs_raw_cas_paired"].as_f64().unwrap() > 0.0, "{m}");
+        assert_eq!(r["vs_floor"], format!("{raw}_cas_tree"), "{m}");
+        assert!(r["vs_floor_paired"].as_f64().unwrap() > 0.0, "{m}");
         assert!(r["counters"][raw].as_u64().unwrap() > 0, "{m}: {r}");
     }
     // The bench removes its work directory.

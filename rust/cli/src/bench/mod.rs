@@ -9,6 +9,8 @@
 //!   FICLONE works), `copy` (every byte), `symlink` (Bazel's sandbox symlink forest), and on
 //!   btrfs `snapshot` (one subvolume snapshot: the floor of a whole-tree clone); and
 //!   `hardlink_cas` / `reflink_cas`, the same syscalls from the cache's blob files;
+//!   `hardlink_cas_tree` / `reflink_cas_tree`, those after reading and decoding the tree's
+//!   Directories from the cache (the floor of a stager of REAPI trees: `raw.rs`);
 //! - clonestage's stage (`Stager::stage`, which includes validating the tree, pinning it and
 //!   recording counters): `stage_cold`, the first stage with an empty subtree cache (a fresh
 //!   `Stager`, `<cache>/subtrees/` and `subtrees.seen` removed); where the filesystem clones
@@ -667,12 +669,12 @@ fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Result
         tree_fs,
     };
 
-    let mut raws = vec![Raw::Hardlink, Raw::HardlinkCas];
+    let mut raws = vec![Raw::Hardlink, Raw::HardlinkCas, Raw::HardlinkCasTree];
     if env.reflink {
-        raws.extend([Raw::Reflink, Raw::ReflinkCas]);
+        raws.extend([Raw::Reflink, Raw::ReflinkCas, Raw::ReflinkCasTree]);
     }
     raws.extend([Raw::Copy, Raw::Symlink]);
-    let cas = Some(raw::CasSource::open(&cache_warm, &man)?);
+    let cas = Some(raw::CasSource::open(&cache_warm, &man, &digest)?);
     let n = man.files.len();
     let mut rows: Vec<Row> = raws
         .iter()

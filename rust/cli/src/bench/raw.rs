@@ -8,6 +8,11 @@
 //!   stager that links from a sharded content cache must make. Against `hardlink`, the
 //!   difference is the cost of the cache's layout (each file's source in a different
 //!   directory, a long name); against `stage_cold`, what clonestage's own work adds.
+//! - `hardlink_cas_tree`, `reflink_cas_tree`: the same again, after reading and decoding every
+//!   Directory message of the tree from the cache (`tree::load_directory`, no validation, no
+//!   bookkeeping): the floor of any stager that materializes a REAPI tree it has not seen
+//!   from a content cache. The raw loops above get their list of files for free; a stager
+//!   has to read it. Against it, `stage_cold` shows clonestage's own work alone.
 //! - `reflink`: `openat` + `openat(O_CREAT|O_EXCL, 0o444)` + `ioctl(FICLONE)` per file
 //!   (on macOS `clonefileat` per file).
 //! - `copy`: the same opens, then `read`/`write` of every byte (deliberately not
@@ -58,6 +63,8 @@ pub enum Raw {
     Symlink,
     HardlinkCas,
     ReflinkCas,
+    HardlinkCasTree,
+    ReflinkCasTree,
 }
 
 impl Raw {
@@ -69,12 +76,22 @@ impl Raw {
             Raw::Symlink => "symlink",
             Raw::HardlinkCas => "hardlink_cas",
             Raw::ReflinkCas => "reflink_cas",
+            Raw::HardlinkCasTree => "hardlink_cas_tree",
+            Raw::ReflinkCasTree => "reflink_cas_tree",
         }
     }
 
     /// Whether this method takes each file from the cache's blob files, not the source tree.
     pub fn reads_cache(self) -> bool {
-        matches!(self, Raw::HardlinkCas | Raw::ReflinkCas)
+        matches!(
+            self,
+            Raw::HardlinkCas | Raw::ReflinkCas | Raw::HardlinkCasTree | Raw::ReflinkCasTree
+        )
+    }
+
+    /// Whether this method first reads the tree's Directory messages from the cache.
+    pub fn reads_tree(self) -> bool {
+        matches!(self, Raw::HardlinkCasTree | Raw::ReflinkCasTree)
     }
 }
 
@@ -83,12 +100,36 @@ impl Raw {
 pub struct CasSource {
     shards: Vec<OwnedFd>,
     files: Vec<(usize, CString)>,
+    cache: std::sync::Arc<clonestage_engine::Cache>,
+    /// Every Directory of the tree, once each (what the `*_cas_tree` methods read).
+    tree: Vec<clonestage_engine::Digest>,
 }
 
 impl CasSource {
-    /// Hash every source file (not timed) and find its blob in `cache`.
-    pub fn open(cache: &clonestage_engine::Cache, man: &Manifest) -> anyhow::Result<CasSource> {
+    /// Hash every source file (not timed) and find its blob in `cache`; list the Directories
+    /// of the tree at `root`.
+    pub fn open(
+        cache: &std::sync::Arc<clonestage_engine::Cache>,
+        man: &Manifest,
+        root: &clonestage_engine::Digest,
+    ) -> anyhow::Result<CasSource> {
         use anyhow::Context;
+        let mut tree = Vec::new();
+        let mut stack = vec![*root];
+        while let Some(d) = stack.pop() {
+            if tree.contains(&d) {
+                continue;
+            }
+            let dir = clonestage_engine::tree::load_directory(cache, &d, "")?
+                .with_context(|| format!("Directory {d} not in the cache"))?;
+            for sub in &dir.directories {
+                stack.push(clonestage_engine::Digest::from_opt_proto(
+                    sub.digest.as_ref(),
+                    &sub.name,
+                )?);
+            }
+            tree.push(d);
+        }
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut shards = Vec::new();
         let mut files = Vec::with_capacity(man.files.len());
@@ -117,7 +158,18 @@ impl CasSource {
             let leaf = cpath(Path::new(blob.file_name().expect("leaf")))?;
             files.push((shard, leaf));
         }
-        Ok(CasSource { shards, files })
+        anyhow::ensure!(
+            tree.len() == man.dirs.len(),
+            "the tree at {root} has {} Directories, the generated tree {} directories",
+            tree.len(),
+            man.dirs.len()
+        );
+        Ok(CasSource {
+            shards,
+            files,
+            cache: cache.clone(),
+            tree,
+        })
     }
 }
 
@@ -236,13 +288,13 @@ fn place(
 ) -> io::Result<()> {
     let d = dst[f.dir].as_raw_fd();
     match m {
-        Raw::HardlinkCas | Raw::ReflinkCas => {
+        Raw::HardlinkCas | Raw::ReflinkCas | Raw::HardlinkCasTree | Raw::ReflinkCasTree => {
             let Some(cas) = cas else {
                 return Err(io::Error::other("no cache to take blobs from"));
             };
             let (shard, leaf) = &cas.files[i];
             let s = cas.shards[*shard].as_raw_fd();
-            if m == Raw::HardlinkCas {
+            if matches!(m, Raw::HardlinkCas | Raw::HardlinkCasTree) {
                 cvt(unsafe { libc::linkat(s, leaf.as_ptr(), d, f.name.as_ptr(), 0) })?;
             } else {
                 clone_at_named(s, leaf, d, &f.name)?;
@@ -286,6 +338,17 @@ pub fn run(
     threads: usize,
 ) -> io::Result<Duration> {
     let t = Instant::now();
+    if m.reads_tree() {
+        let Some(cas) = cas else {
+            return Err(io::Error::other("no cache to read the tree from"));
+        };
+        for d in &cas.tree {
+            let dir = clonestage_engine::tree::load_directory(&cas.cache, d, "")
+                .map_err(|e| io::Error::other(e.to_string()))?
+                .ok_or_else(|| io::Error::other(format!("Directory {d} not in the cache")))?;
+            std::hint::black_box(dir);
+        }
+    }
     let dc = cpath(dst)?;
     cvt(unsafe { libc::mkdir(dc.as_ptr(), 0o755) })?;
     let mut dfds = Vec::with_capacity(man.dirs.len());

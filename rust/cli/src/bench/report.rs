@@ -213,6 +213,14 @@ fn cas_counterpart<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     find(rows, &format!("{raw}_cas"), 1)
 }
 
+/// The floor a stage row compares with: the same raw method from the cache's blob files
+/// after reading and decoding the tree's Directories (`hardlink_cas_tree`,
+/// `reflink_cas_tree`), where the bench ran it.
+fn floor_counterpart<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+    let raw = r.raw_counterpart()?;
+    find(rows, &format!("{raw}_cas_tree"), 1)
+}
+
 fn round3(x: f64) -> Value {
     if x.is_finite() {
         json!((x * 1000.0).round() / 1000.0)
@@ -270,6 +278,14 @@ pub fn json_lines(rows: &[Row], fs: &str, sweep: bool) -> Vec<String> {
                     o.insert("vs_raw_cas_paired".into(), round3(p));
                 }
             }
+            if let Some(b) = floor_counterpart(rows, r) {
+                o.insert("vs_floor".into(), json!(b.method));
+                o.insert("vs_floor_median".into(), round3(r.median() / b.median()));
+                o.insert("vs_floor_min".into(), round3(r.min() / b.min()));
+                if let Some(p) = paired(r, b) {
+                    o.insert("vs_floor_paired".into(), round3(p));
+                }
+            }
             if !r.estimates.is_empty() {
                 let f: Vec<Value> = r.estimates.iter().map(|e| json!(e.0.round())).collect();
                 let t: Vec<Value> = r.estimates.iter().map(|e| json!(e.1.round())).collect();
@@ -307,8 +323,8 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
     if !sweep {
         let _ = write!(
             out,
-            "  {:<31} {:<17} staged by",
-            "vs raw: med  min  paired", "vs cas: med paired"
+            "  {:<31} {:<17} {:<19} staged by",
+            "vs raw: med  min  paired", "vs cas: med paired", "vs floor: med paired"
         );
     }
     out.push('\n');
@@ -360,11 +376,21 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
                     )
                 })
                 .unwrap_or_default();
+            let vs_floor = floor_counterpart(rows, r)
+                .map(|b| {
+                    format!(
+                        "          {:.2} {:>6}",
+                        r.median() / b.median(),
+                        paired_text(r, b)
+                    )
+                })
+                .unwrap_or_default();
             let _ = write!(
                 out,
-                "  {:<31} {:<17} {}",
+                "  {:<31} {:<17} {:<19} {}",
                 vs,
                 vs_cas,
+                vs_floor,
                 r.staged_by().unwrap_or_default()
             );
         }
