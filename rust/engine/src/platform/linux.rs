@@ -2,7 +2,7 @@
 //! snapshots as the whole-tree clone. Other filesystems answer EOPNOTSUPP/EXDEV/EINVAL, which
 //! the stager treats as "fall back".
 
-use super::dir::{cstr, open_read_at, Dir};
+use super::dir::{check, cstr, open_read_at, Dir};
 use super::TreeClone;
 use std::ffi::CStr;
 use std::io;
@@ -145,18 +145,7 @@ pub fn rename_noreplace_at(
     to_dir: RawFd,
     to: &CStr,
 ) -> io::Result<()> {
-    let r = unsafe {
-        libc::renameat2(
-            from_dir,
-            from.as_ptr(),
-            to_dir,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let flags = libc::RENAME_NOREPLACE;
+    check(unsafe { libc::renameat2(from_dir, from.as_ptr(), to_dir, to.as_ptr(), flags) })?;
+    Ok(())
 }

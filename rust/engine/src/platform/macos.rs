@@ -1,7 +1,7 @@
 //! macOS: `clonefile(2)` clones a file or a whole directory tree on APFS in one call.
 //! Type-checked and linted in CI for aarch64-apple-darwin; not run there (no macOS host).
 
-use super::dir::{cstr, Dir};
+use super::dir::{check, cstr, Dir};
 use super::TreeClone;
 use std::ffi::CStr;
 use std::io;
@@ -102,18 +102,7 @@ pub fn rename_noreplace_at(
     to_dir: RawFd,
     to: &CStr,
 ) -> io::Result<()> {
-    let r = unsafe {
-        libc::renameatx_np(
-            from_dir,
-            from.as_ptr(),
-            to_dir,
-            to.as_ptr(),
-            libc::RENAME_EXCL,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let flags = libc::RENAME_EXCL;
+    check(unsafe { libc::renameatx_np(from_dir, from.as_ptr(), to_dir, to.as_ptr(), flags) })?;
+    Ok(())
 }
