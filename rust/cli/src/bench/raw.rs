@@ -114,22 +114,12 @@ impl CasSource {
         root: &clonestage_engine::Digest,
     ) -> anyhow::Result<CasSource> {
         use anyhow::Context;
-        let mut tree = Vec::new();
-        let mut stack = vec![*root];
-        while let Some(d) = stack.pop() {
-            if tree.contains(&d) {
-                continue;
-            }
-            let dir = clonestage_engine::tree::load_directory(cache, &d, "")?
-                .with_context(|| format!("Directory {d} not in the cache"))?;
-            for sub in &dir.directories {
-                stack.push(clonestage_engine::Digest::from_opt_proto(
-                    sub.digest.as_ref(),
-                    &sub.name,
-                )?);
-            }
-            tree.push(d);
-        }
+        // Each Directory once, by the engine's own walk; a stored Directory is its canonical
+        // encoding, so encoding it again gives back its digest.
+        let tree: Vec<clonestage_engine::Digest> = clonestage_engine::tree::get_tree(cache, root)?
+            .iter()
+            .map(|d| clonestage_engine::Digest::of_bytes(&clonestage_engine::tree::encode(d)))
+            .collect();
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut shards = Vec::new();
         let mut files = Vec::with_capacity(man.files.len());

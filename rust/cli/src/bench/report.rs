@@ -206,19 +206,32 @@ fn baseline<'a>(rows: &'a [Row], r: &Row, sweep: bool) -> Option<&'a Row> {
     }
 }
 
-/// The raw method a stage row compares with, timed from the cache's blob files
-/// (`hardlink_cas`, `reflink_cas`), where the bench ran it.
-fn cas_counterpart<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+/// The variant of a stage row's raw method named `<raw><suffix>`, where the bench ran it:
+/// `_cas`, the same syscalls from the cache's blob files (`hardlink_cas`, `reflink_cas`);
+/// `_cas_tree`, the floor: those after reading and decoding the tree's Directories.
+fn raw_variant<'a>(rows: &'a [Row], r: &Row, suffix: &str) -> Option<&'a Row> {
     let raw = r.raw_counterpart()?;
-    find(rows, &format!("{raw}_cas"), 1)
+    find(rows, &format!("{raw}{suffix}"), 1)
 }
 
-/// The floor a stage row compares with: the same raw method from the cache's blob files
-/// after reading and decoding the tree's Directories (`hardlink_cas_tree`,
-/// `reflink_cas_tree`), where the bench ran it.
-fn floor_counterpart<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
-    let raw = r.raw_counterpart()?;
-    find(rows, &format!("{raw}_cas_tree"), 1)
+/// `key` = the method `r` is compared with, and `key_{median,min,paired}` = the ratios.
+fn insert_ratios(o: &mut Map<String, Value>, key: &str, r: &Row, b: &Row) {
+    o.insert(key.into(), json!(b.method));
+    o.insert(format!("{key}_median"), round3(r.median() / b.median()));
+    o.insert(format!("{key}_min"), round3(r.min() / b.min()));
+    if let Some(p) = paired(r, b) {
+        o.insert(format!("{key}_paired"), round3(p));
+    }
+}
+
+/// A table cell: `pad` spaces, then the median ratio and the paired one.
+fn median_paired_cell(r: &Row, b: &Row, pad: usize) -> String {
+    format!(
+        "{:pad$}{:.2} {:>6}",
+        "",
+        r.median() / b.median(),
+        paired_text(r, b)
+    )
 }
 
 fn round3(x: f64) -> Value {
@@ -260,31 +273,14 @@ pub fn json_lines(rows: &[Row], fs: &str, sweep: bool) -> Vec<String> {
                 o.insert("staged_by".into(), json!(s));
                 o.insert("counters".into(), r.counter_sums());
             }
-            if let Some(raw) = r.raw_counterpart() {
-                if let Some(b) = find(rows, &raw, 1) {
-                    o.insert("vs_raw".into(), json!(raw));
-                    o.insert("vs_raw_median".into(), round3(r.median() / b.median()));
-                    o.insert("vs_raw_min".into(), round3(r.min() / b.min()));
-                    if let Some(p) = paired(r, b) {
-                        o.insert("vs_raw_paired".into(), round3(p));
-                    }
-                }
+            if let Some(b) = r.raw_counterpart().and_then(|raw| find(rows, &raw, 1)) {
+                insert_ratios(&mut o, "vs_raw", r, b);
             }
-            if let Some(b) = cas_counterpart(rows, r) {
-                o.insert("vs_raw_cas".into(), json!(b.method));
-                o.insert("vs_raw_cas_median".into(), round3(r.median() / b.median()));
-                o.insert("vs_raw_cas_min".into(), round3(r.min() / b.min()));
-                if let Some(p) = paired(r, b) {
-                    o.insert("vs_raw_cas_paired".into(), round3(p));
-                }
+            if let Some(b) = raw_variant(rows, r, "_cas") {
+                insert_ratios(&mut o, "vs_raw_cas", r, b);
             }
-            if let Some(b) = floor_counterpart(rows, r) {
-                o.insert("vs_floor".into(), json!(b.method));
-                o.insert("vs_floor_median".into(), round3(r.median() / b.median()));
-                o.insert("vs_floor_min".into(), round3(r.min() / b.min()));
-                if let Some(p) = paired(r, b) {
-                    o.insert("vs_floor_paired".into(), round3(p));
-                }
+            if let Some(b) = raw_variant(rows, r, "_cas_tree") {
+                insert_ratios(&mut o, "vs_floor", r, b);
             }
             if !r.estimates.is_empty() {
                 let f: Vec<Value> = r.estimates.iter().map(|e| json!(e.0.round())).collect();
@@ -367,23 +363,11 @@ pub fn table(rows: &[Row], sweep: bool) -> String {
                     })
                 })
                 .unwrap_or_default();
-            let vs_cas = cas_counterpart(rows, r)
-                .map(|b| {
-                    format!(
-                        "        {:.2} {:>6}",
-                        r.median() / b.median(),
-                        paired_text(r, b)
-                    )
-                })
+            let vs_cas = raw_variant(rows, r, "_cas")
+                .map(|b| median_paired_cell(r, b, 8))
                 .unwrap_or_default();
-            let vs_floor = floor_counterpart(rows, r)
-                .map(|b| {
-                    format!(
-                        "          {:.2} {:>6}",
-                        r.median() / b.median(),
-                        paired_text(r, b)
-                    )
-                })
+            let vs_floor = raw_variant(rows, r, "_cas_tree")
+                .map(|b| median_paired_cell(r, b, 10))
                 .unwrap_or_default();
             let _ = write!(
                 out,
