@@ -218,7 +218,8 @@ impl Stager {
         };
         // Everything below is relative to the parent's fd: one path walk per stage.
         let parent_dir = Dir::open(&parent).ctx("open", &parent)?;
-        if parent_dir.stat_at(&cstr(name).ctx("name", dest)?).is_ok() {
+        let name_c = cstr(name).ctx("name", dest)?;
+        if parent_dir.stat_at(&name_c).is_ok() {
             return Err(Error::DestinationExists(dest.clone()));
         }
         let pin = self.cache.pin(&req.root)?;
@@ -254,9 +255,8 @@ impl Stager {
         );
         let tmp = parent.join(&tmp_name);
         let t_build = Instant::now();
-        let root_dir = parent_dir
-            .mkdir_at(&cstr(&tmp_name).ctx("name", &tmp)?, 0o755)
-            .ctx("mkdir", &tmp)?;
+        let tmp_c = cstr(&tmp_name).ctx("name", &tmp)?;
+        let root_dir = parent_dir.mkdir_at(&tmp_c, 0o755).ctx("mkdir", &tmp)?;
         let built = b
             .fill(&plan, &root_dir, &tmp, &req.root, true)
             .and_then(|_| outputs::make_output_parents(&root_dir, &tmp, &outputs))
@@ -280,12 +280,8 @@ impl Stager {
             });
         }
         b.save_sightings();
-        let moved = cstr(&tmp_name).and_then(|from| {
-            let to = cstr(name)?;
-            let at = parent_dir.as_raw_fd();
-            platform::rename_noreplace_at(at, &from, at, &to)
-        });
-        if let Err(e) = moved {
+        let at = parent_dir.as_raw_fd();
+        if let Err(e) = platform::rename_noreplace_at(at, &tmp_c, at, &name_c) {
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e.raw_os_error() {
                 Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => {
