@@ -26,7 +26,7 @@ pub fn clone_file_at(
     name: &CStr,
     mode: u32,
 ) -> io::Result<()> {
-    let r = unsafe {
+    check(unsafe {
         libc::clonefileat(
             src_dir,
             src.as_ptr(),
@@ -34,10 +34,7 @@ pub fn clone_file_at(
             name.as_ptr(),
             CLONE_NOFOLLOW,
         )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     let st = dst.stat_at(name)?;
     if (st.st_mode as u32 & 0o7777) != mode {
         if let Err(e) = dst.chmod_file_at(name, mode) {
@@ -75,7 +72,7 @@ pub fn new_tree_container(parent: &Dir, name: &CStr) -> io::Result<()> {
 /// Clone the directory tree `src` as `name` in `dst_parent` in one call.
 pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
     let s = cstr(src)?;
-    if unsafe {
+    check(unsafe {
         libc::clonefileat(
             libc::AT_FDCWD,
             s.as_ptr(),
@@ -83,10 +80,7 @@ pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
             name.as_ptr(),
             CLONE_NOFOLLOW,
         )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     Ok(())
 }
 
