@@ -37,12 +37,14 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         println!("{v}");
     } else {
         let c = &staged.counters;
-        eprintln!(
-            "staged {} in {:.1} ms: clonefile {} reflink {} snapshot {} hardlink {} copy {} empty {} symlinks {}; subtree hits {} misses {}; fallbacks {}",
+        // Formatted first: stderr is unbuffered, and eprintln! would write it piece by piece.
+        let line = format!(
+            "staged {} in {:.1} ms: clonefile {} reflink {} snapshot {} hardlink {} copy {} empty {} symlinks {}; subtree hits {} misses {}; fallbacks {}\n",
             staged.dest.display(),
             staged.micros as f64 / 1000.0,
             c.clonefile, c.reflink, c.snapshot, c.hardlink, c.copy, c.empty, c.symlinks, c.subtree_hits, c.subtree_misses, c.fallbacks
         );
+        eprint!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
