@@ -1702,13 +1702,26 @@ impl proto::Peer for Peer {
         // header
         if let Some(authority) = pseudo.authority {
             let maybe_authority = uri::Authority::from_maybe_shared(authority.clone().into_inner());
-            parts.authority = Some(maybe_authority.or_else(|why| {
-                malformed!(
+            match maybe_authority {
+                Ok(authority) => parts.authority = Some(authority),
+                // clonestage patch (see PATCH.md): gRPC clients on a unix socket send an
+                // :authority that is not a URI authority (grpc-java the raw socket path,
+                // grpc-core the %-encoded path). :authority is optional in HTTP/2 (RFC 9113
+                // 8.3.1), so such a request is served as if it had none; CONNECT, which needs
+                // an authority, is still refused.
+                Err(why) if !is_connect => {
+                    tracing::debug!(
+                        "unparseable :authority ({:?}) ignored: {}",
+                        authority,
+                        why,
+                    );
+                }
+                Err(why) => malformed!(
                     "malformed headers: malformed authority ({:?}): {}",
                     authority,
                     why,
-                )
-            })?);
+                ),
+            }
         }
 
         // A :scheme is required, except CONNECT.
