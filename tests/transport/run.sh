@@ -30,6 +30,7 @@ tmp=$(mktemp -d /tmp/cst.XXXXXX) # short: a socket path has at most 107 bytes
 cache=$tmp/c
 sock=$cache/server/clonestage.sock
 pid=
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         kill -TERM "$pid"
