@@ -35,4 +35,11 @@ if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
     mkdir -p "$TOOLS"
     (cd "$TOOLS" && npm install --silent --no-audit --no-fund @bazel/buildifier >/dev/null)
 fi
+# grpcio in a venv there: tests/transport's independent client (>= 1.57: the %-encoded
+# :authority that grpc-core sends on a unix socket).
+if ! "$TOOLS/venv/bin/python" -c 'import grpc' 2>/dev/null; then
+    log "pip install grpcio into $TOOLS/venv"
+    python3 -m venv "$TOOLS/venv"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' >/dev/null
+fi
 log "done"

@@ -29,6 +29,9 @@ step "cargo test"
 cargo build --manifest-path rust/Cargo.toml --release --bin clonestage
 cargo test --release --manifest-path rust/Cargo.toml --workspace
 
+step "transport: grpcio over the unix socket with each :authority form; another uid refused"
+bash tests/transport/run.sh
+
 step "buildifier"
 if [ ! -x "$BUILDIFIER" ]; then
     echo "buildifier not found at $BUILDIFIER (run .ci/install.sh)" >&2

@@ -166,3 +166,131 @@ async fn capabilities_cover_bazel_4_to_8() {
     assert!(hi.major == 2 && hi.minor >= 1);
     s.stop().await;
 }
+
+/// One GetCapabilities call over the unix socket in HTTP/2 spoken by hand, with `authority` as
+/// the `:authority` pseudo-header: the http crate cannot express the ones unix-socket clients
+/// send (no `Uri` holds a path as its authority), so neither can a tonic or h2 client. Frames:
+/// the preface, SETTINGS, one HEADERS (HPACK literals without indexing or Huffman), one DATA
+/// with the empty request. Returns the decoded reply, or what came instead (RST_STREAM, ...).
+fn capabilities_with_authority(
+    sock: &std::path::Path,
+    authority: &str,
+) -> Result<pb::ServerCapabilities, String> {
+    use prost::Message;
+    use std::io::{Read, Write};
+
+    fn int7(out: &mut Vec<u8>, n: usize) {
+        if n < 127 {
+            out.push(n as u8);
+            return;
+        }
+        out.push(127);
+        let mut n = n - 127;
+        while n >= 128 {
+            out.push((n % 128) as u8 | 0x80);
+            n /= 128;
+        }
+        out.push(n as u8);
+    }
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend(payload);
+        f
+    }
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (
+            ":path",
+            "/build.bazel.remote.execution.v2.Capabilities/GetCapabilities",
+        ),
+        (":authority", authority),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.push(0); // literal header field without indexing, new name
+        int7(&mut block, name.len());
+        block.extend(name.as_bytes());
+        int7(&mut block, value.len());
+        block.extend(value.as_bytes());
+    }
+    const DATA: u8 = 0;
+    const HEADERS: u8 = 1;
+    const RST_STREAM: u8 = 3;
+    const SETTINGS: u8 = 4;
+    const GOAWAY: u8 = 7;
+    const END_STREAM: u8 = 1;
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(SETTINGS, 0, 0, &[]));
+    out.extend(frame(HEADERS, 0x4 /* END_HEADERS */, 1, &block));
+    out.extend(frame(DATA, END_STREAM, 1, &[0, 0, 0, 0, 0])); // uncompressed, 0 bytes
+
+    let mut s = std::os::unix::net::UnixStream::connect(sock).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(&out).map_err(|e| e.to_string())?;
+    let mut body = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        s.read_exact(&mut head)
+            .map_err(|e| format!("reading a frame header: {e}"))?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload)
+            .map_err(|e| format!("reading a frame: {e}"))?;
+        match (kind, stream) {
+            (SETTINGS, 0) if flags & 1 == 0 => s
+                .write_all(&frame(SETTINGS, 1 /* ACK */, 0, &[]))
+                .map_err(|e| e.to_string())?,
+            (RST_STREAM, 1) => {
+                return Err(format!("RST_STREAM, error code {payload:?}"));
+            }
+            (GOAWAY, 0) => return Err(format!("GOAWAY {payload:?}")),
+            (DATA, 1) => body.extend(&payload),
+            // The trailers (grpc-status) end the stream.
+            (HEADERS, 1) if flags & END_STREAM != 0 => break,
+            _ => {}
+        }
+    }
+    // One gRPC message: a 0 (uncompressed) byte, a 4-byte length, the message.
+    if body.len() < 5 {
+        return Err(format!("no reply message ({} bytes of DATA)", body.len()));
+    }
+    pb::ServerCapabilities::decode(&body[5..]).map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unix_socket_accepts_any_authority() {
+    let mut s = TestServer::start().await;
+    let sock = s.handle().socket();
+    let raw = sock.to_str().unwrap().to_string();
+    // grpc-core (grpcio, C++) since 1.57: the path, %-encoded.
+    let encoded: String = raw
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    // grpc-java (Bazel): the raw socket path. Then a host name as a control.
+    for authority in [raw.as_str(), encoded.as_str(), "localhost"] {
+        let sock = sock.clone();
+        let a = authority.to_string();
+        let caps = tokio::task::spawn_blocking(move || capabilities_with_authority(&sock, &a))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!(":authority {authority:?} refused: {e}"));
+        assert!(
+            caps.execution_capabilities.unwrap().exec_enabled,
+            "{authority}"
+        );
+    }
+    s.stop().await;
+}

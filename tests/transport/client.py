@@ -1,0 +1,180 @@
+"""An independent REAPI client (grpcio from PyPI) over clonestage's unix socket.
+
+Usage: client.py SOCKET
+
+For each :authority form a client may send on a unix socket, it opens a channel to
+unix:SOCKET and makes five RPCs: Capabilities.GetCapabilities, then a CAS round trip of a blob
+unique to the form (FindMissingBlobs: missing; ByteStream Write; FindMissingBlobs: present;
+ByteStream Read: the same bytes). The forms:
+
+  default    grpcio's own choice (grpc-core >= 1.57 sends the %-encoded socket path)
+  raw-path   grpc.default_authority forced to the raw socket path, as grpc-java (Bazel) sends it
+  localhost  grpc.default_authority = localhost (a valid host name: the control)
+
+Messages are encoded and decoded by hand (a few fields of the REAPI protos), so the client needs
+only grpcio. Prints one line per RPC, one per form and a summary line
+`transport: N/M RPCs ok (...)`; exits 1 if any RPC failed.
+"""
+
+import hashlib
+import sys
+
+import grpc
+
+TIMEOUT = 10  # seconds per RPC: a refused stream fails at once, a hang must not hang CI
+
+
+# --- protobuf wire format, just what these messages need -----------------------------------
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field_bytes(num, data):
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def field_varint(num, n):
+    return varint(num << 3) + varint(n)
+
+
+def parse(buf):
+    """{field number: [values]}; varints as int, length-delimited as bytes."""
+    fields, i = {}, 0
+    while i < len(buf):
+        key, i = read_varint(buf, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, i = read_varint(buf, i)
+        elif wire == 2:
+            n, i = read_varint(buf, i)
+            val, i = buf[i : i + n], i + n
+        elif wire == 1:
+            val, i = buf[i : i + 8], i + 8
+        elif wire == 5:
+            val, i = buf[i : i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wire} in field {num}")
+        fields.setdefault(num, []).append(val)
+    return fields
+
+
+def read_varint(buf, i):
+    n, shift = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, i
+
+
+def digest(data):
+    # build.bazel.remote.execution.v2.Digest: hash = 1, size_bytes = 2
+    return field_bytes(1, hashlib.sha256(data).hexdigest().encode()) + field_varint(2, len(data))
+
+
+# --- the RPCs --------------------------------------------------------------------------------
+
+V2 = "/build.bazel.remote.execution.v2."
+BS = "/google.bytestream.ByteStream/"
+
+
+def call(channel, method, request):
+    return channel.unary_unary(method)(request, timeout=TIMEOUT)
+
+
+def get_capabilities(channel, _blob):
+    reply = parse(call(channel, V2 + "Capabilities/GetCapabilities", b""))
+    # ServerCapabilities.execution_capabilities = 2, ExecutionCapabilities.exec_enabled = 2
+    execution = parse(reply[2][0]) if 2 in reply else {}
+    if execution.get(2) != [1]:
+        raise AssertionError(f"exec_enabled not set in {reply!r}")
+
+
+def find_missing(channel, blob):
+    # FindMissingBlobsRequest.blob_digests = 2; the response's missing_blob_digests = 2
+    reply = parse(call(channel, V2 + "ContentAddressableStorage/FindMissingBlobs", field_bytes(2, digest(blob))))
+    return reply.get(2, [])
+
+
+def missing_before(channel, blob):
+    if len(find_missing(channel, blob)) != 1:
+        raise AssertionError("a new blob is not reported missing")
+
+
+def write(channel, blob):
+    h = hashlib.sha256(blob).hexdigest()
+    # WriteRequest: resource_name = 1, write_offset = 2, finish_write = 3, data = 10
+    req = field_bytes(1, f"uploads/transport-test/blobs/{h}/{len(blob)}".encode())
+    req += field_varint(3, 1) + field_bytes(10, blob)
+    reply = parse(channel.stream_unary(BS + "Write")(iter([req]), timeout=TIMEOUT))
+    if reply.get(1) != [len(blob)]:
+        raise AssertionError(f"committed_size {reply.get(1)} != {len(blob)}")
+
+
+def present_after(channel, blob):
+    if find_missing(channel, blob):
+        raise AssertionError("the written blob is still reported missing")
+
+
+def read(channel, blob):
+    h = hashlib.sha256(blob).hexdigest()
+    # ReadRequest.resource_name = 1; ReadResponse.data = 10
+    got = b"".join(
+        b"".join(parse(m).get(10, []))
+        for m in channel.unary_stream(BS + "Read")(field_bytes(1, f"blobs/{h}/{len(blob)}".encode()), timeout=TIMEOUT)
+    )
+    if got != blob:
+        raise AssertionError(f"read {len(got)} bytes, not the {len(blob)} written")
+
+
+RPCS = [get_capabilities, missing_before, write, present_after, read]
+
+
+def main():
+    sock = sys.argv[1]
+    # Before 1.57 grpc-core sent `localhost` on a unix socket: the default form would test nothing.
+    if tuple(int(x) for x in grpc.__version__.split(".")[:2]) < (1, 57):
+        print(f"transport: grpcio {grpc.__version__} is older than 1.57 (install grpcio>=1.57)")
+        return 1
+    forms = [
+        ("default", []),
+        ("raw-path", [("grpc.default_authority", sock)]),
+        ("localhost", [("grpc.default_authority", "localhost")]),
+    ]
+    ok_by_form = {}
+    for name, options in forms:
+        blob = f"clonestage transport test, form {name}\n".encode()
+        ok = 0
+        with grpc.insecure_channel("unix:" + sock, options=options) as channel:
+            for rpc in RPCS:
+                try:
+                    rpc(channel, blob)
+                    ok += 1
+                    print(f"  {name}: {rpc.__name__} ok")
+                except grpc.RpcError as e:
+                    print(f"  {name}: {rpc.__name__} FAILED: {e.code()} {e.details()}")
+                except AssertionError as e:
+                    print(f"  {name}: {rpc.__name__} FAILED: {e}")
+        print(f"form {name}: {ok}/{len(RPCS)} RPCs ok")
+        ok_by_form[name] = ok
+    total = sum(ok_by_form.values())
+    expected = len(RPCS) * len(forms)
+    detail = ", ".join(f"{k} {v}/{len(RPCS)}" for k, v in ok_by_form.items())
+    print(f"transport: {total}/{expected} RPCs ok over unix:{sock} ({detail}; grpcio {grpc.__version__})")
+    return 0 if total == expected else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
