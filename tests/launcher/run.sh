@@ -255,6 +255,31 @@ test_tcp_token_travels_in_an_rc_file_not_argv() {
   check "query: untouched" args_are query //x
 }
 
+test_tcp_keeps_bazels_output_root_private() {
+  # Bazel's server logs the rc files' options, the token too, in java.log in its output base,
+  # and resets the root and base to 0755 itself: the default root's parent is made private.
+  start_server
+  mkdir -p -m 755 "$T/home/.cache/bazel"
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  launch build //x
+  check "~/.cache/bazel made 0700" equals "$(mode_of "$T/home/.cache/bazel")" 700
+  check "and Bazel got the rc" args_are "$TCP_RC" build //x
+  chmod 755 "$T/home/.cache/bazel"
+  launch build //x
+  check "marked: not checked again (no fork on the fast path)" equals "$(mode_of "$T/home/.cache/bazel")" 755
+  rm -rf "$T/home/.cache"
+  launch --output_user_root="$T/our" build //x
+  check "explicit --output_user_root: left to the user" no_file "$T/home/.cache"
+  EXTRA_ENV=(CLONESTAGE_TCP=0)
+  launch build //x
+  check "unix socket: left alone" no_file "$T/home/.cache"
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  : >"$T/home/.cache"
+  launch build //x
+  check "cannot make it private: no rc" args_are build //x
+  check "and says why" stderr_has "cannot make $T/home/.cache/bazel private"
+}
+
 test_startup_options_before_command() {
   start_server
   launch --output_base /tmp/ob --bazelrc=/dev/null --nohome_rc --host_jvm_args -Xmx1g test -c opt //a:b
@@ -562,6 +587,7 @@ tests=(
   test_tcp_for_bazel_4_and_5
   test_tcp_choice_from_env_bazelversion_and_version_query
   test_tcp_token_travels_in_an_rc_file_not_argv
+  test_tcp_keeps_bazels_output_root_private
   test_startup_options_before_command
   test_arguments_kept_verbatim
   test_exit_status_is_bazels

@@ -9,8 +9,9 @@
 # Debian's Bazel 4.2.3 itself building a genrule that runs in clonestage and waits. While it
 # runs, as uid 65534 (setpriv; this script must run as root):
 #   - every /proc/*/cmdline and /proc/*/environ it can read, and every file it can read under
-#     the cache, the workspace and HOME (and Bazel's output user root with --bazel), is
-#     searched for the token;
+#     the cache, the workspace and HOME, is
+#     searched for the token (with --bazel that includes Bazel's output user root, under
+#     HOME, whose java.log records every option Bazel read from rc files);
 #   - GetCapabilities and Execute over TCP without a token, and with each token found, must
 #     be refused (UNAUTHENTICATED); the token file and the unix socket must be out of reach.
 # A control call as uid 65534 with the real token must succeed: the probe can see a leak.
@@ -78,7 +79,7 @@ cleanup() {
   [ -f "$T/done" ] || : >"$T/done"
   [ -n "${bazel_pid:-}" ] && wait "$bazel_pid" 2>/dev/null
   if [ "$mode" = bazel ]; then
-    (cd "$ws" && timeout 60 /usr/bin/bazel --output_user_root="$T/bazel-root" shutdown) >/dev/null 2>&1
+    (cd "$ws" && HOME="$home" USER=root timeout 60 /usr/bin/bazel shutdown) >/dev/null 2>&1
   fi
   pid="$(tr -dc 0-9 <"$cache/server/lock" 2>/dev/null)"
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
@@ -161,9 +162,7 @@ run_launcher() {
     "$ws/tools/bazel" "$@")
 }
 
-startup=()
-[ "$mode" = bazel ] && startup=(--output_user_root="$T/bazel-root")
-run_launcher "${startup[@]}" "${build_args[@]}" >"$T/bazel.log" 2>&1 &
+run_launcher "${build_args[@]}" >"$T/bazel.log" 2>&1 &
 bazel_pid=$!
 for _ in $(seq 1 1200); do
   [ -e "$T/stub.running" ] && break
@@ -191,8 +190,7 @@ fi
 
 as_other() { setpriv --reuid="$other" --regid="$other" --clear-groups "$@"; }
 
-scan_dirs=("$cache" "$ws" "$home")
-[ "$mode" = bazel ] && scan_dirs+=("$T/bazel-root")
+scan_dirs=("$cache" "$ws" "$home") # with --bazel, HOME holds Bazel's output user root
 # The token goes to the scanner in a file only it can read, never in an argv (it would find
 # itself), and the file lies outside the directories it searches.
 printf '%s\n' "$token" >"$T/pattern"
@@ -215,6 +213,8 @@ nleaks="$(grep -c . "$T/leaks")"
 nargv="$(grep -c '/cmdline ' "$T/leaks")"
 nenv="$(grep -c '/environ ' "$T/leaks")"
 nfiles=$((nleaks - nargv - nenv))
+# What the owner sees: where the token is written at all (with --bazel: Bazel's java.log).
+owner_view="$(grep -rlF -f "$T/pattern" "$home" "$ws" 2>/dev/null | grep -c .)"
 if [ "$nleaks" = 0 ]; then
   pass "uid $other finds the token nowhere (argv, environ, files under cache/workspace/home)"
 else
@@ -277,7 +277,7 @@ for _ in $(seq 1 200); do kill -0 "$old_pid" 2>/dev/null || break; sleep 0.05; d
 rm -f "$T/stub.running"
 [ "$mode" = stub ] && run_launcher build //:slow >"$T/bazel2.log" 2>&1
 if [ "$mode" = bazel ]; then
-  run_launcher "${startup[@]}" build --config=clonestage //:slow >"$T/bazel2.log" 2>&1
+  run_launcher build --config=clonestage //:slow >"$T/bazel2.log" 2>&1
 fi
 new_port="$(head -n 1 "$cache/server/tcp-port" 2>/dev/null)"
 new_pid="$(tr -dc 0-9 <"$cache/server/lock" 2>/dev/null)"
@@ -288,6 +288,7 @@ check "the old address and token still answer" test "$(grpc_status Capabilities/
 
 echo "secrets: token found by uid $other in $nleaks places (argv $nargv, environ $nenv, files $nfiles);" \
   "Execute as uid $other with a found token: $([ "$used" = 1 ] && echo "tried, got through" || echo "nothing to try");" \
-  "port and token after a restart: $([ "$new_port" = "$port" ] && echo same || echo changed) ($mode Bazel)"
+  "port and token after a restart: $([ "$new_port" = "$port" ] && echo same || echo changed) ($mode Bazel);" \
+  "files under HOME and the workspace with the token, as the owner sees them: $owner_view"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
