@@ -162,7 +162,7 @@ impl tonic::service::Interceptor for TokenCheck {
             Some(v) if same(v.as_bytes(), self.token.as_bytes()) => Ok(req),
             Some(_) => Err(Status::unauthenticated(format!("wrong {TOKEN_HEADER}"))),
             None => Err(Status::unauthenticated(format!(
-                "missing {TOKEN_HEADER} header: TCP clients must send the token from the server's token file (see `clonestage address --tcp`)"
+                "missing {TOKEN_HEADER} header: TCP clients must send the token from the server's token file; Bazel reads it from the rc file `clonestage address --bazelrc` names"
             ))),
         }
     }
@@ -261,8 +261,6 @@ mod tests {
         assert_eq!(rules[0], "build --remote_executor=grpc://127.0.0.1:4321");
         assert_eq!(rules[1], "build --remote_header=x-clonestage-token=t0k");
         assert_eq!(text.matches("--remote_header").count(), 1);
-        assert!(rules
-            .iter()
-            .any(|l| *l == "test --remote_executor=grpc://127.0.0.1:4321"));
+        assert!(rules.contains(&"test --remote_executor=grpc://127.0.0.1:4321"));
     }
 }
