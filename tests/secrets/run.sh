@@ -262,6 +262,8 @@ bazel_pid=""
 if [ "$mode" = bazel ]; then
   check "the Bazel 4.2.3 build through clonestage succeeded" test "$rc" = 0
   check "its action ran in clonestage (remote)" grep -qE '[0-9]+ remote' "$T/bazel.log"
+  check "Bazel has nothing to say about the rc files (no unknown command or option)" \
+    bash -c "! grep -q 'while reading option defaults file' '$T/bazel.log'"
   if grep -qF -- "$token" "$T/bazel.log"; then
     fail "the token is in Bazel's console output"
   else
