@@ -45,6 +45,10 @@ fi
 step "launcher (tools/bazel) against stub clonestage and bazel"
 bash tests/launcher/run.sh
 
+step "secrets: another uid against a TCP build through the launcher, and a restart (tests/secrets)"
+bash tests/secrets/run.sh
+bash tests/secrets/run.sh --bazel   # the same with Bazel 4.2.3 (~30 s)
+
 step "bazel test //cc/... (spawn wrapper, googletest)"
 # The launcher is bypassed here: these tests are about the wrapper, run by Bazel locally.
 CLONESTAGE_DISABLE=1 bazel test --jobs=2 //cc/...

@@ -119,10 +119,10 @@ less_than() { [ "$1" -lt "$2" ]; }
 no_file() { ! [ -e "$1" ]; }
 
 UNIX_FLAG=""
-TCP_FLAGS=()
-flags_for() { # the flags the stub helper prints for this test's cache
+TCP_RC=""
+flags_for() { # what the launcher adds for this test's cache: unix flag, TCP startup option
   UNIX_FLAG="--remote_executor=unix://$T/cache/server/clonestage.sock"
-  TCP_FLAGS=("--remote_executor=grpc://127.0.0.1:45678" "--remote_header=x-clonestage-token=secret-token")
+  TCP_RC="--bazelrc=$T/cache/launcher/tcp.bazelrc"
 }
 
 run_test() {
@@ -181,12 +181,12 @@ test_tcp_for_bazel_4_and_5() {
   cp "$stubs/bazel" "$T/bin/bazel-4"
   REAL="$T/bin/bazel-4"
   launch build //x
-  check "bazel-4 (Debian) gets TCP + token" args_are build "${TCP_FLAGS[@]}" //x
+  check "bazel-4 (Debian) gets TCP (token in an rc file)" args_are "$TCP_RC" build //x
   mkdir -p "$T/bazelisk/downloads/bazelbuild/bazel-5.4.1-linux-x86_64/bin"
   cp "$stubs/bazel" "$T/bazelisk/downloads/bazelbuild/bazel-5.4.1-linux-x86_64/bin/bazel"
   REAL="$T/bazelisk/downloads/bazelbuild/bazel-5.4.1-linux-x86_64/bin/bazel"
   launch build //x
-  check "Bazelisk's 5.4.1 gets TCP" args_are build "${TCP_FLAGS[@]}" //x
+  check "Bazelisk's 5.4.1 gets TCP" args_are "$TCP_RC" build //x
   mkdir -p "$T/bazelisk/downloads/bazelbuild/bazel-8.1.0-linux-x86_64/bin"
   cp "$stubs/bazel" "$T/bazelisk/downloads/bazelbuild/bazel-8.1.0-linux-x86_64/bin/bazel"
   REAL="$T/bazelisk/downloads/bazelbuild/bazel-8.1.0-linux-x86_64/bin/bazel"
@@ -200,27 +200,84 @@ test_tcp_choice_from_env_bazelversion_and_version_query() {
   REAL="$T/bin/bazel-real"
   EXTRA_ENV=(CLONESTAGE_TCP=1)
   launch build //x
-  check "CLONESTAGE_TCP=1 forces TCP" args_are build "${TCP_FLAGS[@]}" //x
+  check "CLONESTAGE_TCP=1 forces TCP" args_are "$TCP_RC" build //x
   EXTRA_ENV=(CLONESTAGE_TCP=0 USE_BAZEL_VERSION=4.2.3)
   launch build //x
   check "CLONESTAGE_TCP=0 forces the socket" args_are build "$UNIX_FLAG" //x
   EXTRA_ENV=(USE_BAZEL_VERSION=5.1.0)
   launch build //x
-  check "USE_BAZEL_VERSION=5.1.0 means TCP" args_are build "${TCP_FLAGS[@]}" //x
+  check "USE_BAZEL_VERSION=5.1.0 means TCP" args_are "$TCP_RC" build //x
   EXTRA_ENV=()
   echo "4.2.3" >"$T/ws/.bazelversion"
   launch build //x
-  check ".bazelversion 4.2.3 means TCP" args_are build "${TCP_FLAGS[@]}" //x
+  check ".bazelversion 4.2.3 means TCP" args_are "$TCP_RC" build //x
   echo "mirror/7.6.1" >"$T/ws/.bazelversion"
   launch build //x
   check ".bazelversion fork/7.6.1 means the socket" args_are build "$UNIX_FLAG" //x
   rm "$T/ws/.bazelversion"
   EXTRA_ENV=(STUB_BAZEL_VERSION="bazel no_version")
   launch build //x
-  check "'bazel no_version' (Debian 4.2.3) means TCP" args_are build "${TCP_FLAGS[@]}" //x
+  check "'bazel no_version' (Debian 4.2.3) means TCP" args_are "$TCP_RC" build //x
   EXTRA_ENV=(STUB_BAZEL_VERSION="bazel 8.2.1")
   launch build //x
   check "'bazel 8.2.1' means the socket" args_are build "$UNIX_FLAG" //x
+}
+
+mode_of() { stat -c %a "$1" 2>/dev/null || stat -f %Lp "$1"; }
+no_token_in_args() { ! grep -q secret-token "$T/bazel-args"; }
+
+test_tcp_token_travels_in_an_rc_file_not_argv() {
+  start_server
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  launch build //x
+  check "exit 0" equals "$RC" 0
+  check "one startup option before the command" args_are "$TCP_RC" build //x
+  check "no token in Bazel's arguments" no_token_in_args
+  check "quiet" stderr_empty
+  check "one address call (fast path)" equals "$(count_lines "$T/cache/stub-address-calls")" 1
+  check "the launcher's rc is 0600" equals "$(mode_of "$T/cache/launcher/tcp.bazelrc")" 600
+  check "it try-imports the server's rc" equals "$(grep -v '^#' "$T/cache/launcher/tcp.bazelrc")" \
+    "try-import $T/cache/server/tcp.bazelrc"
+  check "no token in the launcher's rc" bash -c "! grep -q secret-token '$T/cache/launcher/tcp.bazelrc'"
+  launch --bazelrc=/tmp/mine.rc --output_base /tmp/ob test //x
+  check "ours after the user's --bazelrc, before the command" args_are \
+    --bazelrc=/tmp/mine.rc --output_base /tmp/ob "$TCP_RC" test //x
+  launch --bazelrc=/dev/null --nohome_rc build //x
+  check "ours before --bazelrc=/dev/null (Bazel reads none after it)" args_are \
+    "$TCP_RC" --bazelrc=/dev/null --nohome_rc build //x
+  launch --host_jvm_args -Xmx1g --bazelrc /dev/null build //x
+  check "ours before --bazelrc /dev/null" args_are \
+    --host_jvm_args -Xmx1g "$TCP_RC" --bazelrc /dev/null build //x
+  launch --ignore_all_rc_files build //x
+  check "--ignore_all_rc_files: untouched" args_are --ignore_all_rc_files build //x
+  check "--ignore_all_rc_files: says why in one line" stderr_has "--ignore_all_rc_files: the TCP executor's token travels only in an rc file"
+  launch query //x
+  check "query: untouched" args_are query //x
+}
+
+test_tcp_keeps_bazels_output_root_private() {
+  # Bazel's server logs the rc files' options, the token too, in java.log in its output base,
+  # and resets the root and base to 0755 itself: the default root's parent is made private.
+  start_server
+  mkdir -p -m 755 "$T/home/.cache/bazel"
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  launch build //x
+  check "~/.cache/bazel made 0700" equals "$(mode_of "$T/home/.cache/bazel")" 700
+  check "and Bazel got the rc" args_are "$TCP_RC" build //x
+  chmod 755 "$T/home/.cache/bazel"
+  launch build //x
+  check "marked: not checked again (no fork on the fast path)" equals "$(mode_of "$T/home/.cache/bazel")" 755
+  rm -rf "$T/home/.cache"
+  launch --output_user_root="$T/our" build //x
+  check "explicit --output_user_root: left to the user" no_file "$T/home/.cache"
+  EXTRA_ENV=(CLONESTAGE_TCP=0)
+  launch build //x
+  check "unix socket: left alone" no_file "$T/home/.cache"
+  EXTRA_ENV=(CLONESTAGE_TCP=1)
+  : >"$T/home/.cache"
+  launch build //x
+  check "cannot make it private: no rc" args_are build //x
+  check "and says why" stderr_has "cannot make $T/home/.cache/bazel private"
 }
 
 test_startup_options_before_command() {
@@ -444,7 +501,7 @@ test_explicit_executor_wins() {
   launch test --remote_cache grpc://cache:9092 //x
   check "cache flag: untouched" args_are test --remote_cache grpc://cache:9092 //x
   launch run //tool -- --remote_executor=x
-  check "after --: still ours" args_are run "${TCP_FLAGS[@]}" //tool -- --remote_executor=x
+  check "after --: still ours" args_are "$TCP_RC" run //tool -- --remote_executor=x
 }
 
 test_disable() {
@@ -481,7 +538,7 @@ EOF
   (cd "$T/ws" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
     STUB_BAZEL_OUT="$T/bazel-args" CLONESTAGE_TCP=1 "$T/bin/bazel" build //x) 2>"$T/stderr"
   ERR="$(cat "$T/stderr")"
-  check "flags exactly once" args_are build "${TCP_FLAGS[@]}" //x
+  check "flags exactly once" args_are "$TCP_RC" build //x
 }
 
 test_fast_path_overhead() {
@@ -529,6 +586,8 @@ tests=(
   test_fast_path_inserts_unix_flags_after_command
   test_tcp_for_bazel_4_and_5
   test_tcp_choice_from_env_bazelversion_and_version_query
+  test_tcp_token_travels_in_an_rc_file_not_argv
+  test_tcp_keeps_bazels_output_root_private
   test_startup_options_before_command
   test_arguments_kept_verbatim
   test_exit_status_is_bazels

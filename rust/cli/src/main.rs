@@ -78,11 +78,16 @@ enum Cmd {
     },
     /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
     Bench(bench::BenchArgs),
-    /// Print the Bazel flags that reach the running server, one per line.
+    /// Print the Bazel flag that reaches the running server (exit 3 when none runs).
     Address {
-        /// The loopback TCP form with its token header (Bazel < 6 cannot use unix sockets).
-        #[arg(long)]
+        /// The loopback TCP executor (Bazel < 6 cannot use unix sockets). It needs the token
+        /// header, which is never printed: Bazel reads both from the file --bazelrc prints.
+        #[arg(long, conflicts_with = "bazelrc")]
         tcp: bool,
+        /// The path of the private (0600) rc file with the TCP executor and token header, for
+        /// `bazel --bazelrc=PATH ...` or a `try-import PATH` line in ~/.bazelrc.
+        #[arg(long)]
+        bazelrc: bool,
     },
 }
 
@@ -167,7 +172,7 @@ fn main() -> ExitCode {
             })
             .map(|_| ExitCode::SUCCESS)
         }
-        Cmd::Address { tcp } => commands::address(&cache, tcp),
+        Cmd::Address { tcp, bazelrc } => commands::address(&cache, tcp, bazelrc),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
     };
     match r {

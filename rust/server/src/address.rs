@@ -1,16 +1,41 @@
-//! `clonestage address [--tcp]`: the Bazel flags that reach the server running on a cache.
+//! `clonestage address [--tcp | --bazelrc]`: how Bazel reaches the server running on a cache.
 //! Unix socket: `--remote_executor=unix://<absolute socket path>`. TCP:
-//! `--remote_executor=grpc://127.0.0.1:<port>` and `--remote_header=x-clonestage-token=<token>`.
-//! Fails when no server holds the cache's lock, or when one does but is not ready yet: its
-//! `tcp-port` file (port, then the writer's pid) is missing or was written by another process.
+//! `--remote_executor=grpc://127.0.0.1:<port>` only: the token it needs is a secret and never
+//! goes into an argv, so Bazel reads it, with the executor, from the private rc file that
+//! `--bazelrc` names (`<cache>/server/tcp.bazelrc`: pass it as `bazel --bazelrc=<path>`, or
+//! `try-import` it). Fails when no server holds the cache's lock, or when one does but is not
+//! ready yet: its `tcp-port` file (port, then the writer's pid) is missing or was written by
+//! another process.
 
-use crate::auth::{read_token, TOKEN_HEADER};
 use crate::layout::Layout;
 use crate::lock::ServerLock;
 use anyhow::{anyhow, bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-pub fn address(cache_dir: &Path, tcp: bool) -> Result<Vec<String>> {
+/// What `clonestage address` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressForm {
+    /// `--remote_executor=unix://...`
+    Unix,
+    /// `--remote_executor=grpc://127.0.0.1:<port>` (no token: see `tcp_bazelrc`)
+    Tcp,
+}
+
+pub fn address(cache_dir: &Path, form: AddressForm) -> Result<Vec<String>> {
+    let (layout, port) = ready(cache_dir)?;
+    Ok(vec![match form {
+        AddressForm::Unix => format!("--remote_executor=unix://{}", layout.socket().display()),
+        AddressForm::Tcp => format!("--remote_executor=grpc://127.0.0.1:{port}"),
+    }])
+}
+
+/// The private rc file of the server running on `cache_dir`.
+pub fn tcp_bazelrc(cache_dir: &Path) -> Result<PathBuf> {
+    Ok(ready(cache_dir)?.0.tcp_bazelrc())
+}
+
+/// The running, ready server's layout and TCP port.
+fn ready(cache_dir: &Path) -> Result<(Layout, u16)> {
     let cache = match cache_dir.canonicalize() {
         Ok(c) => c,
         Err(_) => bail!("no clonestage server is running for {} (no such cache); start one with `clonestage serve`", cache_dir.display()),
@@ -38,18 +63,7 @@ pub fn address(cache_dir: &Path, tcp: bool) -> Result<Vec<String>> {
     if writer != pid {
         return Err(starting());
     }
-    if tcp {
-        let token = read_token(&layout.token())?;
-        Ok(vec![
-            format!("--remote_executor=grpc://127.0.0.1:{port}"),
-            format!("--remote_header={TOKEN_HEADER}={token}"),
-        ])
-    } else {
-        Ok(vec![format!(
-            "--remote_executor=unix://{}",
-            layout.socket().display()
-        )])
-    }
+    Ok((layout, port))
 }
 
 /// What the server writes into `tcp-port` once it is ready.
@@ -76,17 +90,19 @@ mod tests {
         // The killed server's file, then its successor between taking the lock and
         // removing that file.
         std::fs::write(layout.tcp_port(), "40001\n1\n").unwrap();
-        std::fs::write(layout.token(), "ab".repeat(32)).unwrap();
         let _lock = ServerLock::acquire(&layout.lock()).unwrap();
-        let err = address(dir.path(), true).unwrap_err().to_string();
+        let err = address(dir.path(), AddressForm::Tcp)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("still starting"), "{err}");
+        assert!(tcp_bazelrc(dir.path()).is_err());
 
         std::fs::write(layout.tcp_port(), tcp_port_text(40002)).unwrap();
-        let flags = address(dir.path(), true).unwrap();
-        assert_eq!(flags[0], "--remote_executor=grpc://127.0.0.1:40002");
+        let flags = address(dir.path(), AddressForm::Tcp).unwrap();
+        assert_eq!(flags, ["--remote_executor=grpc://127.0.0.1:40002"]);
 
         std::fs::write(layout.tcp_port(), "40003\n").unwrap();
-        let err = format!("{:#}", address(dir.path(), true).unwrap_err());
+        let err = format!("{:#}", address(dir.path(), AddressForm::Tcp).unwrap_err());
         assert!(err.contains("not \"<port>\\n<pid>\""), "{err}");
     }
 
@@ -96,7 +112,9 @@ mod tests {
         let layout = Layout::new(dir.path());
         std::fs::create_dir_all(layout.server_dir()).unwrap();
         std::fs::write(layout.tcp_port(), tcp_port_text(40004)).unwrap();
-        let err = address(dir.path(), false).unwrap_err().to_string();
+        let err = address(dir.path(), AddressForm::Unix)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no clonestage server is running"), "{err}");
     }
 }

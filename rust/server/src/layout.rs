@@ -8,6 +8,9 @@
 //! <cache>/server/token       the TCP token, 64 hex digits (0600)
 //! <cache>/server/tcp-port    the loopback port and the server's pid, one per line,
 //!                            written once the server is ready
+//! <cache>/server/tcp.bazelrc the Bazel rc lines for TCP: executor and token header (0600);
+//!                            written at start, removed at a clean stop
+//! <cache>/server/last-port   the TCP port of the last start, tried first by the next one
 //! <cache>/work/<id>/         one action's work dir: root/ (the staged input root), stdout,
 //!                            stderr; removed after the action (by the janitor while no
 //!                            action runs), swept at start
@@ -48,6 +51,14 @@ impl Layout {
 
     pub fn tcp_port(&self) -> PathBuf {
         self.server_dir().join("tcp-port")
+    }
+
+    pub fn tcp_bazelrc(&self) -> PathBuf {
+        self.server_dir().join("tcp.bazelrc")
+    }
+
+    pub fn last_port(&self) -> PathBuf {
+        self.server_dir().join("last-port")
     }
 
     pub fn work_dir(&self) -> PathBuf {

@@ -52,7 +52,20 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     server::serve_blocking(opts)
 }
 
-/// The Bazel flags that reach the running server for this cache, one per element.
+/// The Bazel flags that reach the running server for this cache, one per element: the unix
+/// socket's executor, or (`tcp`) the loopback executor alone. The TCP token is never printed:
+/// Bazel reads it from `tcp_bazelrc`. Errors when no server is running or ready.
 pub fn address(cache_dir: &Path, tcp: bool) -> anyhow::Result<Vec<String>> {
-    address::address(cache_dir, tcp)
+    let form = if tcp {
+        address::AddressForm::Tcp
+    } else {
+        address::AddressForm::Unix
+    };
+    address::address(cache_dir, form)
+}
+
+/// The private (0600) Bazel rc file holding the TCP executor and token of the server running
+/// on this cache: what `bazel --bazelrc=` or `try-import` takes. Errors like `address`.
+pub fn tcp_bazelrc(cache_dir: &Path) -> anyhow::Result<PathBuf> {
+    address::tcp_bazelrc(cache_dir)
 }

@@ -2,6 +2,8 @@
 //! server directory) is what Bazel 7/8 use; the loopback TCP port is for Bazel 4.2.3, whose
 //! netty cannot do unix sockets, and is guarded by the token (`auth`). Accepted TCP
 //! connections get TCP_NODELAY: without it a peer's small writes wait ~40 ms for delayed ACKs.
+//! The TCP port is kept across restarts (`bind_tcp_stable`): a server tries the port its
+//! predecessor recorded in `<cache>/server/last-port` first, so addresses do not go stale.
 
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::PermissionsExt;
@@ -39,6 +41,36 @@ pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
         .with_context(|| format!("chmod 0600 {}", path.display()))?;
     l.set_nonblocking(true).context("set_nonblocking")?;
     tokio::net::UnixListener::from_std(l).context("register unix listener")
+}
+
+/// Bind the loopback port: `explicit` when given (an error if it is taken), else the port the
+/// previous server on this cache recorded, else (missing, or taken now) any free port. The new
+/// port is recorded for the next start. Returns the listener and whether it is on the
+/// recorded port (the token is kept only then: `auth::token_for_start`).
+pub(crate) fn bind_tcp_stable(
+    last_port: &Path,
+    explicit: Option<u16>,
+) -> Result<(tokio::net::TcpListener, bool)> {
+    let previous: Option<u16> = std::fs::read_to_string(last_port)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .filter(|p| *p != 0);
+    let listener = match (explicit, previous) {
+        (Some(p), _) => bind_tcp(p)?,
+        (None, Some(p)) => match bind_tcp(p) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::info!(port = p, error = %format!("{e:#}"), "the previous TCP port is taken; using another");
+                bind_tcp(0)?
+            }
+        },
+        (None, None) => bind_tcp(0)?,
+    };
+    let port = listener.local_addr().context("local_addr")?.port();
+    if previous != Some(port) {
+        crate::auth::write_private(last_port, format!("{port}\n").as_bytes())?;
+    }
+    Ok((listener, previous == Some(port)))
 }
 
 /// Bind 127.0.0.1:`port` (0: any free port).

@@ -1,13 +1,14 @@
 //! Starting and stopping the server. `start` opens the cache, takes the server lock, sweeps
-//! what an earlier server left (work dirs, dead writers' temp files), writes a fresh token,
-//! binds both listeners and serves every service on them (the TCP one behind the token
-//! check), and writes `tcp-port` last, as the sign that the server is ready.
+//! what an earlier server left (work dirs, dead writers' temp files), binds both listeners
+//! (TCP on the previous port when it is free), keeps or makes the token (`auth`), writes
+//! `tcp.bazelrc`, serves every service on them (the TCP one behind the token check), and
+//! writes `tcp-port` last, as the sign that the server is ready.
 //!
 //! Shutdown (`ServerHandle::shutdown`): stop accepting connections and new Executes, let
 //! running actions finish for `grace`, then cancel the rest (their wrappers get SIGTERM, then
 //! SIGKILL after the kill delay); every work dir is removed as its action ends, results of
-//! cancelled actions are not recorded, so the cache stays consistent. The socket and
-//! `tcp-port` are removed and the lock released last.
+//! cancelled actions are not recorded, so the cache stays consistent. The socket, `tcp-port`
+//! and `tcp.bazelrc` are removed and the lock released last.
 
 use crate::ac_store::AcStore;
 use crate::action_cache::ActionCacheService;
@@ -135,10 +136,11 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     }
     let ac = AcStore::new(&layout.ac_dir())
         .with_context(|| format!("mkdir {}", layout.ac_dir().display()))?;
-    let token = auth::create_token(&layout.token())?;
     let unix = listen::bind_unix(&layout.socket())?;
-    let tcp = listen::bind_tcp(opts.port.unwrap_or(0))?;
+    let (tcp, same_port) = listen::bind_tcp_stable(&layout.last_port(), opts.port)?;
     let tcp_port = tcp.local_addr().context("local_addr")?.port();
+    let token = auth::token_for_start(&layout.token(), same_port)?;
+    auth::write_bazelrc(&layout.tcp_bazelrc(), &layout.cache, tcp_port, &token)?;
 
     let id = auth::random_hex(4)?;
     let state = Arc::new(State::new(
@@ -245,6 +247,7 @@ impl ServerHandle {
             }
         }
         let _ = std::fs::remove_file(self.layout.tcp_port());
+        let _ = std::fs::remove_file(self.layout.tcp_bazelrc());
         let _ = std::fs::remove_file(self.layout.socket());
         let s = state.clone();
         let _ =

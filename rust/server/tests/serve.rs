@@ -86,15 +86,31 @@ async fn files_are_private_and_address_prints_bazel_flags() {
         unix,
         vec![format!("--remote_executor=unix://{}", sock.display())]
     );
+    // The token is a secret: never printed (a printed flag ends up in some argv), only in the
+    // private rc file Bazel reads.
     let tcp = clonestage_server::address(&s.cache(), true).unwrap();
     assert_eq!(
         tcp,
-        vec![
-            format!("--remote_executor=grpc://127.0.0.1:{port}"),
-            format!("--remote_header=x-clonestage-token={}", s.handle().token()),
+        vec![format!("--remote_executor=grpc://127.0.0.1:{port}")]
+    );
+    let token = s.handle().token().to_string();
+    let rc = clonestage_server::tcp_bazelrc(&s.cache()).unwrap();
+    assert_eq!(rc, server.join("tcp.bazelrc"));
+    assert_eq!(mode(&rc), 0o600);
+    let text = std::fs::read_to_string(&rc).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        &lines[..2],
+        [
+            format!("build --remote_executor=grpc://127.0.0.1:{port}"),
+            format!("build --remote_header=x-clonestage-token={token}"),
         ]
     );
+    assert!(lines[2..]
+        .iter()
+        .all(|l| l.ends_with(&format!(" --remote_executor=grpc://127.0.0.1:{port}"))));
     s.stop().await;
+    assert!(!rc.exists(), "tcp.bazelrc removed on shutdown");
     // Other tests' servers in this process start processes; one between fork and exec holds
     // a copy of every descriptor, this lock's too, for a moment: poll, bounded.
     let t0 = std::time::Instant::now();
@@ -293,4 +309,77 @@ async fn the_unix_socket_accepts_any_authority() {
         );
     }
     s.stop().await;
+/// Port and token survive a restart, so a Bazel pointed at the rc file (or a pasted executor
+/// line) keeps working; a port taken meanwhile means a new port and a new token (its holder
+/// may have been sent the old one), and a token file others could read is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_keeps_its_port_and_token() {
+    let mut s = TestServer::start().await;
+    let opts = TestServer::opts(s.dir.path(), 1);
+    let token_file = s.cache().join("server/token");
+    let (port, token) = (s.handle().tcp_port(), s.handle().token().to_string());
+    let rc_before = std::fs::read_to_string(s.cache().join("server/tcp.bazelrc")).unwrap();
+    s.stop().await;
+
+    let h = clonestage_server::start(opts.clone()).await.unwrap();
+    assert_eq!(h.tcp_port(), port, "same port after a restart");
+    assert_eq!(h.token(), token, "same token after a restart");
+    let rc_after = std::fs::read_to_string(s.cache().join("server/tcp.bazelrc")).unwrap();
+    assert_eq!(rc_after, rc_before);
+    let mut caps = CapabilitiesClient::with_interceptor(
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+        {
+            let token = token.clone();
+            move |mut r: tonic::Request<()>| {
+                r.metadata_mut()
+                    .insert(clonestage_server::TOKEN_HEADER, token.parse().unwrap());
+                Ok(r)
+            }
+        },
+    );
+    assert!(caps
+        .get_capabilities(pb::GetCapabilitiesRequest::default())
+        .await
+        .is_ok());
+    h.shutdown(std::time::Duration::from_secs(5), std::future::pending())
+        .await
+        .unwrap();
+
+    // A token file others may have read is replaced; the port stays.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let h = clonestage_server::start(opts.clone()).await.unwrap();
+    assert_eq!(h.tcp_port(), port);
+    assert_ne!(h.token(), token, "a token readable by others is not reused");
+    assert_eq!(mode(&token_file), 0o600);
+    let token2 = h.token().to_string();
+    h.shutdown(std::time::Duration::from_secs(5), std::future::pending())
+        .await
+        .unwrap();
+
+    // Someone else holds the port: another port, and another token.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let h = clonestage_server::start(opts.clone()).await.unwrap();
+    assert_ne!(h.tcp_port(), port);
+    assert_ne!(h.token(), token2, "a new port gets a new token");
+    let rc = std::fs::read_to_string(s.cache().join("server/tcp.bazelrc")).unwrap();
+    assert!(
+        rc.contains(&format!("grpc://127.0.0.1:{}\n", h.tcp_port())),
+        "{rc}"
+    );
+    assert!(rc.contains(h.token()), "{rc}");
+    let new_port = h.tcp_port();
+    h.shutdown(std::time::Duration::from_secs(5), std::future::pending())
+        .await
+        .unwrap();
+    drop(squatter);
+    // The new port is the one remembered from now on.
+    let h = clonestage_server::start(opts).await.unwrap();
+    assert_eq!(h.tcp_port(), new_port);
+    h.shutdown(std::time::Duration::from_secs(5), std::future::pending())
+        .await
+        .unwrap();
 }

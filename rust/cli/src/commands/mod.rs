@@ -64,8 +64,13 @@ pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn address(cache: &Path, tcp: bool) -> anyhow::Result<ExitCode> {
-    match clonestage_server::address(cache, tcp) {
+pub fn address(cache: &Path, tcp: bool, bazelrc: bool) -> anyhow::Result<ExitCode> {
+    let lines = if bazelrc {
+        clonestage_server::tcp_bazelrc(cache).map(|p| vec![p.display().to_string()])
+    } else {
+        clonestage_server::address(cache, tcp)
+    };
+    match lines {
         Ok(lines) => {
             for l in lines {
                 println!("{l}");
