@@ -309,6 +309,8 @@ async fn the_unix_socket_accepts_any_authority() {
         );
     }
     s.stop().await;
+}
+
 /// Port and token survive a restart, so a Bazel pointed at the rc file (or a pasted executor
 /// line) keeps working; a port taken meanwhile means a new port and a new token (its holder
 /// may have been sent the old one), and a token file others could read is replaced.
