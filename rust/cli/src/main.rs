@@ -5,6 +5,7 @@ mod bench;
 mod commands;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use clonestage_engine::stage::TreeLimits;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -75,6 +76,15 @@ enum Cmd {
         /// The clonestage-spawn wrapper [default: $CLONESTAGE_SPAWN, beside this binary, PATH].
         #[arg(long)]
         spawn: Option<PathBuf>,
+        /// Refuse input roots with directories nested deeper than this.
+        #[arg(long, default_value_t = TreeLimits::DEFAULT_MAX_DEPTH)]
+        max_tree_depth: u32,
+        /// Refuse input roots of more entries (files, directories, symlinks) once expanded.
+        #[arg(long, default_value_t = TreeLimits::DEFAULT_MAX_ENTRIES)]
+        max_tree_entries: u64,
+        /// Refuse input roots of more bytes of files once expanded; K, M, G suffixes.
+        #[arg(long, value_parser = commands::parse_size, default_value = "64G")]
+        max_tree_bytes: u64,
     },
     /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
     Bench(bench::BenchArgs),
@@ -159,19 +169,29 @@ fn main() -> ExitCode {
         Cmd::Stats { json } => commands::stats(&cache, json),
         Cmd::Verify => commands::verify(&cache),
         Cmd::Gc { max_size } => commands::gc(&cache, max_size),
-        Cmd::Serve { port, jobs, spawn } => {
-            clonestage_server::serve(clonestage_server::ServeOptions {
-                cache_dir: cache,
-                port,
-                jobs: jobs.unwrap_or_else(|| {
-                    std::thread::available_parallelism()
-                        .map(|n| n.get())
-                        .unwrap_or(2)
-                }),
-                spawn,
-            })
-            .map(|_| ExitCode::SUCCESS)
-        }
+        Cmd::Serve {
+            port,
+            jobs,
+            spawn,
+            max_tree_depth,
+            max_tree_entries,
+            max_tree_bytes,
+        } => clonestage_server::serve(clonestage_server::ServeOptions {
+            cache_dir: cache,
+            port,
+            jobs: jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            }),
+            spawn,
+            limits: TreeLimits {
+                max_depth: max_tree_depth,
+                max_entries: max_tree_entries,
+                max_bytes: max_tree_bytes,
+            },
+        })
+        .map(|_| ExitCode::SUCCESS),
         Cmd::Address { tcp, bazelrc } => commands::address(&cache, tcp, bazelrc),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
     };

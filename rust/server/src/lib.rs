@@ -45,6 +45,8 @@ pub struct ServeOptions {
     /// The `clonestage-spawn` wrapper; None: `$CLONESTAGE_SPAWN`, then beside the clonestage
     /// binary, then on PATH.
     pub spawn: Option<PathBuf>,
+    /// Bounds on an input root's depth and expanded size (`--max-tree-*`).
+    pub limits: clonestage_engine::stage::TreeLimits,
 }
 
 /// Run the server until SIGTERM/SIGINT (then drain running actions; a second signal cancels).

@@ -150,6 +150,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         spawn.clone(),
         opts.jobs,
         id,
+        opts.limits,
     ));
     state
         .start_janitor()

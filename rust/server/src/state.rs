@@ -73,9 +73,10 @@ impl State {
         spawn: PathBuf,
         jobs: usize,
         id: String,
+        limits: clonestage_engine::stage::TreeLimits,
     ) -> State {
         State {
-            stager: Stager::new(cache.clone()),
+            stager: Stager::new(cache.clone()).with_limits(limits),
             cache,
             layout,
             ac,

@@ -26,6 +26,7 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         root,
         dest: a.dest,
         outputs: a.outputs,
+        working_dir: String::new(),
         method: a.method,
         symlinks: a.symlinks,
         fail_after_files,

@@ -13,14 +13,19 @@
 
 mod build;
 mod device;
+mod links;
 mod outputs;
 mod plan;
 mod tamper;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 
 pub use build::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
+pub use links::MAX_HOPS;
+pub use plan::TreeLimits;
 
 use crate::cas::{Cache, PinGuard};
 use crate::digest::Digest;
@@ -41,8 +46,12 @@ pub struct StageRequest {
     pub root: Digest,
     /// Must not exist; its parent must.
     pub dest: PathBuf,
-    /// Output paths relative to the root whose parent directories must be writable.
+    /// Output paths relative to `working_dir` whose parent directories must be writable.
     pub outputs: Vec<String>,
+    /// The command's working directory relative to the root ("" for the root), resolved
+    /// through the tree's own symlinks (never the host's) into `StagedRoot::working_dir`;
+    /// refused if it leaves the root.
+    pub working_dir: String,
     pub method: MethodPreference,
     pub symlinks: SymlinkPolicy,
     /// Testing: fail after placing this many files (proves cleanup).
@@ -62,6 +71,8 @@ impl Default for Digest {
 pub struct StagedRoot {
     pub root: Digest,
     pub dest: PathBuf,
+    /// The request's working directory as real directories from the root (no symlink).
+    pub working_dir: String,
     pub counters: Counters,
     pub micros: u64,
     linked: Vec<(Digest, build::Inode)>,
@@ -105,6 +116,7 @@ pub struct Stager {
     seen: Mutex<Option<HashSet<Digest>>>,
     memo: plan::Memo,
     modes: Modes,
+    limits: TreeLimits,
     seq: AtomicU64,
 }
 
@@ -166,8 +178,19 @@ impl Stager {
             seen: Mutex::new(None),
             memo: Default::default(),
             modes,
+            limits: TreeLimits::default(),
             seq: AtomicU64::new(0),
         }
+    }
+
+    /// Hold every tree this stager stages to `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: TreeLimits) -> Stager {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> TreeLimits {
+        self.limits
     }
 
     /// The portable way to every mode (directories made 0o755 and chmod'ed once full, a
@@ -200,11 +223,14 @@ impl Stager {
     }
 
     fn stage_inner(&self, req: &StageRequest, t0: Instant) -> Result<StagedRoot> {
-        let outputs: Vec<Vec<&str>> = req
-            .outputs
-            .iter()
-            .map(|o| tree::check_output_path(o))
-            .collect::<Result<_>>()?;
+        for o in &req.outputs {
+            tree::check_output_path(o)?;
+        }
+        if !req.working_dir.is_empty() {
+            tree::check_output_path(&req.working_dir).map_err(|e| {
+                Error::InvalidArgument(format!("working directory '{}': {e}", req.working_dir))
+            })?;
+        }
         let dest = &req.dest;
         let name = dest.file_name().ok_or_else(|| {
             Error::InvalidArgument(format!(
@@ -224,7 +250,31 @@ impl Stager {
         }
         let pin = self.cache.pin(&req.root)?;
         let t_plan = Instant::now();
-        let plan = plan::Plan::load(&self.cache, &req.root, req.symlinks, &self.memo)?;
+        let plan = plan::Plan::load(
+            &self.cache,
+            &req.root,
+            req.symlinks,
+            &self.limits,
+            &self.memo,
+        )?;
+        links::check(&self.cache, &self.memo, &plan, &req.root, req.symlinks)?;
+        let working_dir = links::resolve_dir(
+            &self.cache,
+            &self.memo,
+            &plan,
+            &req.root,
+            req.working_dir.trim_end_matches('/'),
+            "working directory",
+        )?;
+        let outputs: Vec<String> = req
+            .outputs
+            .iter()
+            .map(|o| tree::join(&working_dir, o.trim_end_matches('/')))
+            .collect();
+        let outputs: Vec<Vec<&str>> = outputs
+            .iter()
+            .map(|o| tree::check_output_path(o))
+            .collect::<Result<_>>()?;
         let plan_us = t_plan.elapsed().as_micros() as u64;
 
         let key = device::Devices::key_of(&self.cache, &parent_dir).ctx("fstat", &parent)?;
@@ -313,6 +363,7 @@ impl Stager {
         let staged = StagedRoot {
             root: req.root,
             dest: dest.clone(),
+            working_dir,
             counters,
             micros,
             linked: std::mem::take(&mut b.linked),

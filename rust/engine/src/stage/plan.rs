@@ -9,12 +9,19 @@
 //! (a 1,978-entry Directory costs 0.3 to 1 ms to read and decode here, a snapshot ~3 ms).
 //! Digests name content, so nothing remembered can go stale; a Directory evicted from the CAS
 //! since is still staged from memory, and its files are checked as they are placed.
+//!
+//! A client shapes the tree, so nothing here recurses: the walk is breadth-first over distinct
+//! digests (each Directory read and validated once, at the shallowest depth it occurs, where
+//! its symlinks' lexical check is strictest), sizes are counted bottom-up with memoised
+//! per-digest figures and saturating arithmetic, and the tree's depth, expanded entries and
+//! bytes are held to `TreeLimits` before anything is created. Symlink targets are then
+//! resolved through the tree itself (`links.rs`).
 
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::tree::{self, Directory, SymlinkPolicy};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 pub(crate) struct Plan {
@@ -25,10 +32,50 @@ pub(crate) struct Plan {
     facts: HashMap<Digest, Facts>,
 }
 
+/// What a Directory expands to. Counts saturate: a hostile tree that doubles per level must
+/// not wrap them below a limit.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Facts {
+    /// Files and symlinks at or below it (what decides whether a whole-subtree clone pays).
     pub entries: u64,
+    /// Bytes of those files.
     pub bytes: u64,
+    /// Directories below it (not counting itself).
+    pub dirs: u64,
+    /// Symlinks at or below it.
+    pub links: u64,
+    /// Levels of directories below it (0: no subdirectory).
+    pub height: u32,
+}
+
+/// Bounds on one tree, checked before anything is created (INVALID_ARGUMENT naming the flag
+/// of `clonestage serve` that raises it). The defaults are far above real actions: the largest
+/// SwiftCompile stages ~2,000 files / 466 MB in trees ~30 levels deep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLimits {
+    /// Directories nested below the root (a chain of N+1 Directories is N deep).
+    pub max_depth: u32,
+    /// Files, directories and symlinks once expanded (a Directory listed twice counts twice).
+    pub max_entries: u64,
+    /// Bytes of files once expanded.
+    pub max_bytes: u64,
+}
+
+impl TreeLimits {
+    /// 1,024 levels: deeper than any path PATH_MAX (4,096 bytes) can name with 3-byte names.
+    pub const DEFAULT_MAX_DEPTH: u32 = 1024;
+    pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+    pub const DEFAULT_MAX_BYTES: u64 = 64 << 30;
+}
+
+impl Default for TreeLimits {
+    fn default() -> Self {
+        TreeLimits {
+            max_depth: Self::DEFAULT_MAX_DEPTH,
+            max_entries: Self::DEFAULT_MAX_ENTRIES,
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+        }
+    }
 }
 
 /// What a Stager remembers across stages (bounded: each part starts over when full).
@@ -38,8 +85,12 @@ pub(crate) struct Memo {
 }
 
 #[derive(Default)]
-struct MemoInner {
-    validated: HashSet<(Digest, usize, SymlinkPolicy)>,
+pub(super) struct MemoInner {
+    /// Validated together with everything below it, at this depth or any deeper one (a
+    /// symlink's lexical check only gets easier deeper down).
+    validated: HashMap<(Digest, SymlinkPolicy), usize>,
+    /// Subtrees whose symlinks all resolve within the subtree itself: safe wherever they occur.
+    pub(super) links_contained: HashSet<(Digest, SymlinkPolicy)>,
     facts: HashMap<Digest, Facts>,
     dirs: HashMap<Digest, Arc<Directory>>,
     /// Entries (files, directories, symlinks) held in `dirs`.
@@ -56,8 +107,17 @@ fn entries_of(dir: &Directory) -> usize {
 }
 
 impl Memo {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, MemoInner> {
+        self.inner.lock().unwrap()
+    }
+
     /// Directory `d`, from memory or the CAS (then remembered). None: not in the CAS.
-    fn directory(&self, cache: &Cache, d: &Digest, path: &str) -> Result<Option<Arc<Directory>>> {
+    pub(super) fn directory(
+        &self,
+        cache: &Cache,
+        d: &Digest,
+        path: &str,
+    ) -> Result<Option<Arc<Directory>>> {
         if let Some(dir) = self.inner.lock().unwrap().dirs.get(d) {
             return Ok(Some(dir.clone()));
         }
@@ -83,22 +143,31 @@ impl Plan {
         cache: &Cache,
         root: &Digest,
         policy: SymlinkPolicy,
+        limits: &TreeLimits,
         memo: &Memo,
     ) -> Result<Plan> {
         let mut dirs: HashMap<Digest, Arc<Directory>> = HashMap::new();
         let mut known: HashMap<Digest, Facts> = HashMap::new();
-        let mut visited: HashSet<(Digest, usize)> = HashSet::new();
+        // Each digest once, at the shallowest depth it occurs (breadth-first finds that first).
+        let mut visited: HashMap<Digest, usize> = HashMap::new();
         let mut missing = false;
-        let mut stack = vec![(*root, String::new(), 0usize)];
-        while let Some((d, path, depth)) = stack.pop() {
-            if !visited.insert((d, depth)) {
+        let mut queue = VecDeque::from([(*root, String::new(), 0usize)]);
+        while let Some((d, path, depth)) = queue.pop_front() {
+            if visited.contains_key(&d) {
                 continue;
             }
+            visited.insert(d, depth);
+            if depth > limits.max_depth as usize {
+                return Err(too_deep(&path, &d, limits));
+            }
             let validated = {
-                let m = memo.inner.lock().unwrap();
-                let validated = m.validated.contains(&(d, depth, policy));
+                let m = memo.lock();
+                let validated = m.validated.get(&(d, policy)).is_some_and(|&at| at <= depth);
                 if let (true, Some(f)) = (validated, m.facts.get(&d)) {
-                    // Validated with everything below it, at this depth: stop here.
+                    // Validated with everything below it, at this depth or above: stop here.
+                    if depth as u64 + f.height as u64 > limits.max_depth as u64 {
+                        return Err(too_deep(&path, &d, limits));
+                    }
                     known.insert(d, *f);
                     continue;
                 }
@@ -122,7 +191,9 @@ impl Plan {
             }
             for sub in &dir.directories {
                 let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-                stack.push((sd, tree::join(&path, &sub.name), depth + 1));
+                if !visited.contains_key(&sd) {
+                    queue.push_back((sd, tree::join(&path, &sub.name), depth + 1));
+                }
             }
         }
         if missing {
@@ -132,14 +203,26 @@ impl Plan {
             });
         }
         let mut facts = known;
-        count(root, &dirs, &mut facts)?;
-        let mut m = memo.inner.lock().unwrap();
+        let total = count(
+            root,
+            &mut |d| {
+                dirs.get(d).cloned().ok_or(Error::Missing {
+                    digests: vec![*d],
+                    path: String::new(),
+                })
+            },
+            &mut facts,
+        )?;
+        check_size(root, &total, limits)?;
+        let mut m = memo.lock();
         if m.validated.len() + visited.len() > MEMO_MAX {
             m.validated.clear();
         }
-        // Every pair visited was validated here, or below a pair validated earlier.
-        m.validated
-            .extend(visited.iter().map(|(d, depth)| (*d, *depth, policy)));
+        // Every digest visited was validated here, or below one validated earlier.
+        for (d, depth) in &visited {
+            let at = m.validated.entry((*d, policy)).or_insert(*depth);
+            *at = (*at).min(*depth);
+        }
         if m.facts.len() + facts.len() > MEMO_MAX {
             m.facts.clear();
         }
@@ -166,8 +249,8 @@ impl Plan {
         })
     }
 
-    /// Files and symlinks at or below `d`, and their bytes: counted by `load`, else
-    /// remembered, else (the memo started over meanwhile) counted again from the Directories.
+    /// What `d` expands to: counted by `load`, else remembered, else (the memo started over
+    /// meanwhile) counted again from the Directories.
     pub(crate) fn facts(
         &self,
         cache: &Cache,
@@ -178,20 +261,59 @@ impl Plan {
         if let Some(f) = self.facts.get(d) {
             return Ok(*f);
         }
-        if let Some(f) = memo.inner.lock().unwrap().facts.get(d) {
+        if let Some(f) = memo.lock().facts.get(d) {
             return Ok(*f);
         }
-        let dir = self.dir(cache, memo, d, path)?;
-        let mut f = own_facts(&dir);
-        for sub in &dir.directories {
-            let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-            let s = self.facts(cache, memo, &sd, &path.join(&sub.name))?;
-            f.entries += s.entries;
-            f.bytes += s.bytes;
-        }
-        memo.inner.lock().unwrap().facts.insert(*d, f);
+        let mut counted = HashMap::new();
+        let f = count(d, &mut |x| self.dir(cache, memo, x, path), &mut counted)?;
+        memo.lock().facts.extend(counted);
         Ok(f)
     }
+}
+
+fn too_deep(path: &str, d: &Digest, limits: &TreeLimits) -> Error {
+    // The path is as long as the tree is deep: its first and last levels are enough.
+    let path = if path.len() > 120 {
+        let head: String = path.chars().take(40).collect();
+        let mut tail: Vec<char> = path.chars().rev().take(40).collect();
+        tail.reverse();
+        format!("{head}...{}", tail.into_iter().collect::<String>())
+    } else {
+        path.to_string()
+    };
+    Error::InvalidTree {
+        path,
+        digest: *d,
+        reason: format!(
+            "directories nested more than {} levels deep (the limit; --max-tree-depth raises it)",
+            limits.max_depth
+        ),
+    }
+}
+
+fn check_size(root: &Digest, f: &Facts, limits: &TreeLimits) -> Result<()> {
+    let entries = f.entries.saturating_add(f.dirs);
+    let bad = |reason: String| Error::InvalidTree {
+        path: String::new(),
+        digest: *root,
+        reason,
+    };
+    if entries > limits.max_entries {
+        return Err(bad(format!(
+            "the tree expands to {}{entries} entries, over the limit of {} (--max-tree-entries raises it)",
+            if entries == u64::MAX { "at least " } else { "" },
+            limits.max_entries
+        )));
+    }
+    if f.bytes > limits.max_bytes {
+        return Err(bad(format!(
+            "the tree expands to {}{} bytes of files, over the limit of {} (--max-tree-bytes raises it)",
+            if f.bytes == u64::MAX { "at least " } else { "" },
+            f.bytes,
+            limits.max_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Files and symlinks directly in `dir`, and their bytes.
@@ -202,27 +324,52 @@ fn own_facts(dir: &Directory) -> Facts {
             .files
             .iter()
             .filter_map(|x| x.digest.as_ref())
-            .map(|x| x.size_bytes.max(0) as u64)
-            .sum(),
+            .fold(0u64, |a, x| a.saturating_add(x.size_bytes.max(0) as u64)),
+        dirs: dir.directories.len() as u64,
+        links: dir.symlinks.len() as u64,
+        height: 0,
     }
 }
 
+/// What `root` expands to, bottom-up without recursion: each distinct digest counted once
+/// (into `memo`, which may already hold some), however often it is listed.
 fn count(
-    d: &Digest,
-    dirs: &HashMap<Digest, Arc<Directory>>,
+    root: &Digest,
+    dir_of: &mut dyn FnMut(&Digest) -> Result<Arc<Directory>>,
     memo: &mut HashMap<Digest, Facts>,
 ) -> Result<Facts> {
-    if let Some(f) = memo.get(d) {
+    // (digest, its Directory, children pushed yet)
+    let mut stack: Vec<(Digest, Arc<Directory>, bool)> = Vec::new();
+    if let Some(f) = memo.get(root) {
         return Ok(*f);
     }
-    let dir = &dirs[d];
-    let mut f = own_facts(dir);
-    for sub in &dir.directories {
-        let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-        let s = count(&sd, dirs, memo)?;
-        f.entries += s.entries;
-        f.bytes += s.bytes;
+    stack.push((*root, dir_of(root)?, false));
+    while let Some((d, dir, expanded)) = stack.pop() {
+        if memo.contains_key(&d) {
+            continue;
+        }
+        if !expanded {
+            stack.push((d, dir.clone(), true));
+            for sub in &dir.directories {
+                let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
+                if !memo.contains_key(&sd) {
+                    let sub_dir = dir_of(&sd)?;
+                    stack.push((sd, sub_dir, false));
+                }
+            }
+            continue;
+        }
+        let mut f = own_facts(&dir);
+        for sub in &dir.directories {
+            let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
+            let s = memo[&sd];
+            f.entries = f.entries.saturating_add(s.entries);
+            f.bytes = f.bytes.saturating_add(s.bytes);
+            f.dirs = f.dirs.saturating_add(s.dirs);
+            f.links = f.links.saturating_add(s.links);
+            f.height = f.height.max(s.height.saturating_add(1));
+        }
+        memo.insert(d, f);
     }
-    memo.insert(*d, f);
-    Ok(f)
+    Ok(memo[root])
 }

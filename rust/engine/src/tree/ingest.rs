@@ -1,6 +1,8 @@
 //! `ingest`: put a local file or directory tree into the cache and return its digest (a file's
 //! blob digest, or the root Directory digest for a tree). Files are cloned into the cache where
-//! the filesystem allows, else copied; symlinks are recorded, never followed.
+//! the filesystem allows, else copied; symlinks are recorded, never followed. Directories
+//! nested deeper than `MAX_INGEST_DEPTH` are refused (an action's output can be any shape; the
+//! walk recurses, and must not run out of a 2 MiB thread's stack).
 
 use super::{put_directory, Directory, DirectoryNode, FileNode, SymlinkNode};
 use crate::cas::{Cache, PutFile};
@@ -19,6 +21,9 @@ pub struct IngestOptions {
     pub move_files: bool,
 }
 
+/// Levels of directories below the top that `ingest_path` follows (the stager's default).
+pub const MAX_INGEST_DEPTH: u32 = crate::stage::TreeLimits::DEFAULT_MAX_DEPTH;
+
 pub fn ingest_path(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest> {
     let meta = std::fs::symlink_metadata(path).ctx("lstat", path)?;
     if meta.is_file() {
@@ -30,10 +35,16 @@ pub fn ingest_path(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Di
             path.display()
         )));
     }
-    ingest_dir(cache, path, opts)
+    ingest_dir(cache, path, opts, 0)
 }
 
-fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest> {
+fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions, depth: u32) -> Result<Digest> {
+    if depth > MAX_INGEST_DEPTH {
+        return Err(Error::InvalidArgument(format!(
+            "{}: directories nested more than {MAX_INGEST_DEPTH} levels deep",
+            path.display()
+        )));
+    }
     let mut entries: Vec<(String, std::fs::DirEntry)> = Vec::new();
     for e in std::fs::read_dir(path).ctx("readdir", path)? {
         let e = e.ctx("readdir", path)?;
@@ -63,7 +74,7 @@ fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest>
                 node_properties: None,
             });
         } else if ft.is_dir() {
-            let d = ingest_dir(cache, &p, opts)?;
+            let d = ingest_dir(cache, &p, opts, depth + 1)?;
             dir.directories.push(DirectoryNode {
                 name,
                 digest: Some(d.to_proto()),

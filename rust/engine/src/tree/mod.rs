@@ -5,8 +5,10 @@
 mod ingest;
 mod validate;
 
-pub use ingest::{ingest_path, IngestOptions};
-pub use validate::{check_output_path, validate_directory, validate_name, SymlinkPolicy};
+pub use ingest::{ingest_path, IngestOptions, MAX_INGEST_DEPTH};
+pub use validate::{
+    check_output_path, validate_directory, validate_name, SymlinkPolicy, NAME_MAX, PATH_MAX,
+};
 
 use crate::cas::Cache;
 use crate::digest::Digest;

@@ -14,10 +14,23 @@ pub struct SymlinkPolicy {
     pub allow_escaping: bool,
 }
 
-/// A single path component: not empty, `.`, `..`, and without `/` or NUL.
+/// The longest name a directory entry can have (Linux NAME_MAX; APFS allows as many bytes).
+pub const NAME_MAX: usize = 255;
+/// The longest path the kernel accepts, its terminating NUL included (Linux PATH_MAX).
+pub const PATH_MAX: usize = 4096;
+
+/// A single path component: not empty, `.`, `..`, without `/` or NUL, at most NAME_MAX bytes
+/// (a longer one fails with ENAMETOOLONG half-way through a stage).
 pub fn validate_name(name: &str) -> std::result::Result<(), String> {
     if name.is_empty() {
         return Err("empty name".into());
+    }
+    if name.len() > NAME_MAX {
+        return Err(format!(
+            "name '{}...' is {} bytes, longer than NAME_MAX ({NAME_MAX})",
+            name.chars().take(16).collect::<String>(),
+            name.len()
+        ));
     }
     if name == "." || name == ".." {
         return Err(format!("name '{name}' is not allowed"));
@@ -134,6 +147,13 @@ fn check_symlink_target(
     if target.contains('\0') {
         return Err("target contains NUL".into());
     }
+    if target.len() >= PATH_MAX {
+        return Err(format!(
+            "target is {} bytes, longer than PATH_MAX allows ({})",
+            target.len(),
+            PATH_MAX - 1
+        ));
+    }
     if target.starts_with('/') {
         return if policy.allow_absolute {
             Ok(())
@@ -157,11 +177,21 @@ fn check_symlink_target(
     Ok(())
 }
 
-/// An output path relative to the root: normalized, no `..`, no empty or `.` components.
+/// An output path relative to the root: normalized, no `..`, no empty or `.` components, each
+/// at most NAME_MAX bytes and the whole shorter than PATH_MAX (a caller that knows the prefix
+/// the path will be used under checks the sum).
 pub fn check_output_path(p: &str) -> Result<Vec<&str>> {
     if p.is_empty() || p.starts_with('/') {
         return Err(Error::InvalidArgument(format!(
             "output path '{p}' must be relative and non-empty"
+        )));
+    }
+    if p.len() >= PATH_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "output path '{}...' is {} bytes, longer than PATH_MAX allows ({})",
+            p.chars().take(32).collect::<String>(),
+            p.len(),
+            PATH_MAX - 1
         )));
     }
     let parts: Vec<&str> = p.trim_end_matches('/').split('/').collect();
@@ -198,5 +228,12 @@ mod tests {
         for bad in ["", "/abs", "a/../b", "a//b", "./a", "a/./b"] {
             assert!(check_output_path(bad).is_err(), "{bad} accepted");
         }
+        let e = check_output_path(&format!("a/{}", "n".repeat(256))).unwrap_err();
+        assert!(e.to_string().contains("NAME_MAX"), "{e}");
+        assert!(check_output_path(&format!("a/{}", "n".repeat(255))).is_ok());
+        let e = check_output_path(&vec!["d".repeat(200); 21].join("/")).unwrap_err();
+        assert!(e.to_string().contains("PATH_MAX"), "{e}");
+        assert!(validate_name(&"n".repeat(256)).is_err());
+        assert!(check_symlink_target(&"a/".repeat(2048), 0, SymlinkPolicy::default()).is_err());
     }
 }

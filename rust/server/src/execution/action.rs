@@ -1,7 +1,9 @@
 //! Loading and checking an Execute request's Action and Command before anything is staged.
 //! Everything a client can get wrong is refused here with INVALID_ARGUMENT naming the field
 //! (empty arguments, NUL bytes, duplicate or malformed environment variables, bad working
-//! directory or output paths, negative timeout); missing Action, Command or input blobs are
+//! directory or output paths, output paths the filesystem cannot hold (a component over
+//! NAME_MAX, or longer than PATH_MAX once under the work dir), a negative timeout or one over
+//! `MAX_TIMEOUT`); missing Action, Command or input blobs are
 //! FAILED_PRECONDITION listing every missing digest, so Bazel uploads them all in one go.
 
 use super::outputs::OutputSpec;
@@ -23,6 +25,16 @@ pub(crate) struct Prepared {
     pub outputs: OutputSpec,
     pub timeout: Option<Duration>,
     pub do_not_cache: bool,
+}
+
+/// The longest `Action.timeout` accepted: REAPI says a server MUST reject a timeout over its
+/// maximum (rather than clamp it). This is the spawn wrapper's own bound (`--timeout`, 1e9 s).
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(1_000_000_000);
+
+/// Bytes a work dir adds in front of an output path: `<cache>/work/<pid>-<n>/root/`, with the
+/// widest pid and sequence number.
+fn work_prefix_len(cache: &Cache) -> usize {
+    cache.root().join("work").as_os_str().len() + "/".len() + 10 + "-".len() + 20 + "/root/".len()
 }
 
 fn invalid(what: String) -> Failure {
@@ -68,12 +80,29 @@ pub(crate) fn prepare(cache: &Cache, digest: Digest) -> Result<Prepared, Failure
                 t.seconds, t.nanos
             )))
         }
+        Some(t) if t.nanos > 999_999_999 => {
+            return Err(invalid(format!(
+                "Action.timeout {}s {}ns: nanos must be below one second",
+                t.seconds, t.nanos
+            )))
+        }
         Some(t) if t.seconds == 0 && t.nanos == 0 => None,
-        Some(t) => Some(Duration::new(t.seconds as u64, t.nanos as u32)),
+        Some(t) => {
+            let d = Duration::new(t.seconds as u64, t.nanos as u32);
+            if d > MAX_TIMEOUT {
+                return Err(invalid(format!(
+                    "Action.timeout {}s is over this server's maximum of {}s",
+                    t.seconds,
+                    MAX_TIMEOUT.as_secs()
+                )));
+            }
+            Some(d)
+        }
     };
     check_command(&command)?;
     let working_dir = working_dir(&command.working_directory)?;
     let outputs = OutputSpec::from_command(&command)?;
+    outputs.check_lengths(&working_dir, work_prefix_len(cache))?;
     Ok(Prepared {
         digest,
         input_root,

@@ -76,6 +76,24 @@ impl OutputSpec {
         })
     }
 
+    /// Refuse an output the filesystem cannot hold once under the work dir (`prefix` bytes in
+    /// front of the root, `wd` within it): PATH_MAX counts the whole path. The working
+    /// directory may resolve to a longer path through a symlink; that is caught, with the
+    /// same message, when the output is collected. (NAME_MAX is checked with each path.)
+    pub fn check_lengths(&self, wd: &str, prefix: usize) -> Result<(), Failure> {
+        for (p, _) in &self.paths {
+            let len = prefix + join(wd, p).len();
+            if len >= tree::PATH_MAX {
+                return Err(Failure::InvalidArgument(format!(
+                    "output path '{}...' would be {len} bytes under the work dir, longer than PATH_MAX allows ({})",
+                    p.chars().take(32).collect::<String>(),
+                    tree::PATH_MAX - 1
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Output paths relative to the input root, for the stager (whose parents it makes writable).
     pub fn stage_paths(&self, wd: &str) -> Vec<String> {
         self.paths
@@ -147,7 +165,7 @@ impl OutputSpec {
                     ..Default::default()
                 });
             } else if meta.is_dir() {
-                make_dirs_writable(&path)?;
+                make_dirs_writable(&path, 0)?;
                 let root_digest = tree::ingest_path(
                     cache,
                     &path,
@@ -234,8 +252,16 @@ fn resolve(root: &Path, rel: &str) -> Result<Option<PathBuf>, Failure> {
 }
 
 /// Output trees copied from inputs keep 0o555 directories; renaming files out of them needs
-/// write permission (for a non-root server).
-fn make_dirs_writable(dir: &Path) -> Result<(), Failure> {
+/// write permission (for a non-root server). Bounded like the ingest that follows it: an
+/// action can make a directory chain of any depth, and this must not exhaust the stack.
+fn make_dirs_writable(dir: &Path, depth: u32) -> Result<(), Failure> {
+    if depth > tree::MAX_INGEST_DEPTH {
+        return Err(Failure::InvalidArgument(format!(
+            "output directory {}: nested more than {} levels deep",
+            dir.display(),
+            tree::MAX_INGEST_DEPTH
+        )));
+    }
     let m = std::fs::symlink_metadata(dir).map_err(|e| io("lstat", dir, e))?;
     if m.permissions().mode() & 0o700 != 0o700 {
         chmod(dir, 0o755)?;
@@ -243,7 +269,7 @@ fn make_dirs_writable(dir: &Path) -> Result<(), Failure> {
     for e in std::fs::read_dir(dir).map_err(|e| io("readdir", dir, e))? {
         let e = e.map_err(|e| io("readdir", dir, e))?;
         if e.file_type().is_ok_and(|t| t.is_dir()) {
-            make_dirs_writable(&e.path())?;
+            make_dirs_writable(&e.path(), depth + 1)?;
         }
     }
     Ok(())

@@ -70,7 +70,9 @@ pub(crate) fn run(
         .stage(&StageRequest {
             root: p.input_root,
             dest: root.clone(),
-            outputs: p.outputs.stage_paths(&p.working_dir),
+            // Relative to the working directory, which the stager resolves through the tree.
+            outputs: p.outputs.stage_paths(""),
+            working_dir: p.working_dir.clone(),
             method: MethodPreference::Auto,
             symlinks: SymlinkPolicy::default(),
             fail_after_files: None,
@@ -79,14 +81,17 @@ pub(crate) fn run(
         })
         .map_err(Failure::from)?;
     t.fetch_done = now();
-    let cwd = root.join(&p.working_dir);
-    if !std::fs::metadata(&cwd).is_ok_and(|m| m.is_dir()) {
+    // Real directories from the root (the stager followed the tree's own symlinks, never
+    // the host's): nothing on the way is a symlink, so the wrapper's chdir stays in the root.
+    let wd = staged.working_dir.clone();
+    let cwd = root.join(&wd);
+    if !std::fs::symlink_metadata(&cwd).is_ok_and(|m| m.is_dir()) {
         return Err(Failure::InvalidArgument(format!(
             "Command.working_directory '{}' is not a directory of the input root",
             p.working_dir
         )));
     }
-    p.outputs.open_existing_dirs(&root, &p.working_dir)?;
+    p.outputs.open_existing_dirs(&root, &wd)?;
 
     let (stdout, stderr) = (work.file("stdout"), work.file("stderr"));
     let env: Vec<(&str, &str)> = p
@@ -125,8 +130,7 @@ pub(crate) fn run(
         exit_code: stats.exit_code,
         ..Default::default()
     };
-    p.outputs
-        .collect(&state.cache, &root, &p.working_dir, &mut r)?;
+    p.outputs.collect(&state.cache, &root, &wd, &mut r)?;
     r.stdout_digest = Some(std_stream(state, &stdout)?.to_proto());
     r.stderr_digest = Some(std_stream(state, &stderr)?.to_proto());
     t.upload_done = now();

@@ -147,129 +147,12 @@ impl Drop for WorkDir {
     }
 }
 
-/// Remove a work dir. The fast path works relative to directory fds with the types readdir
-/// gives (one `unlinkat` per file, no lstat, no path walks; about half the time of the
-/// engine's path-based `remove_tree` on a 1,600-file root), making a read-only (0o555)
-/// staged directory writable only when an unlink in it is refused. Anything unusual (a btrfs
-/// subvolume, an unexpected error) is left to the engine's `remove_tree`, which handles it.
+/// Remove a work dir: the engine's `remove_tree`, which works relative to directory fds with
+/// the types readdir gives (one `unlinkat` per file, no lstat, no path walks), makes a
+/// read-only (0o555) staged directory writable only when an unlink in it is refused, never
+/// follows a symlink, and removes trees of any depth (a killed server's leftovers included).
 pub(crate) fn remove(path: &Path) -> Result<(), clonestage_engine::Error> {
-    if fast_remove(path).is_ok() {
-        return Ok(());
-    }
     clonestage_engine::remove::remove_tree(path)
-}
-
-fn fast_remove(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.kind() {
-            std::io::ErrorKind::NotFound => Ok(()),
-            _ => Err(e),
-        };
-    }
-    empty_dir(fd)?;
-    std::fs::remove_dir(path)
-}
-
-/// The root inode of every btrfs subvolume (a cloned subtree): not removed entry by entry.
-const BTRFS_SUBVOL_INO: u64 = 256;
-
-/// Remove everything in the directory open as `fd` (which this takes over).
-fn empty_dir(fd: libc::c_int) -> std::io::Result<()> {
-    let last = std::io::Error::last_os_error;
-    let dir = unsafe { libc::fdopendir(fd) };
-    if dir.is_null() {
-        let e = last();
-        unsafe { libc::close(fd) };
-        return Err(e);
-    }
-    struct Closer(*mut libc::DIR);
-    impl Drop for Closer {
-        fn drop(&mut self) {
-            unsafe { libc::closedir(self.0) };
-        }
-    }
-    let _closer = Closer(dir);
-    let dfd = unsafe { libc::dirfd(dir) };
-    let mut writable = false;
-    loop {
-        set_errno_zero();
-        let ent = unsafe { libc::readdir(dir) };
-        if ent.is_null() {
-            let e = last();
-            return match e.raw_os_error() {
-                Some(0) | None => Ok(()),
-                _ => Err(e),
-            };
-        }
-        let ent = unsafe { &*ent };
-        let name = unsafe { std::ffi::CStr::from_ptr(ent.d_name.as_ptr()) };
-        if name.to_bytes() == b"." || name.to_bytes() == b".." {
-            continue;
-        }
-        let is_dir = match ent.d_type {
-            libc::DT_DIR => true,
-            libc::DT_UNKNOWN => {
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                let r = unsafe {
-                    libc::fstatat(dfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
-                };
-                if r != 0 {
-                    return Err(last());
-                }
-                st.st_mode & libc::S_IFMT == libc::S_IFDIR
-            }
-            _ => false,
-        };
-        if is_dir {
-            if ent.d_ino as u64 == BTRFS_SUBVOL_INO {
-                return Err(std::io::Error::other(
-                    "a btrfs subvolume: left to the engine",
-                ));
-            }
-            let sub = unsafe {
-                libc::openat(
-                    dfd,
-                    name.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if sub < 0 {
-                return Err(last());
-            }
-            empty_dir(sub)?;
-        }
-        let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
-        if unsafe { libc::unlinkat(dfd, name.as_ptr(), flags) } != 0 {
-            let e = last();
-            let denied = matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM));
-            if !denied || writable || unsafe { libc::fchmod(dfd, 0o755) } != 0 {
-                return Err(e);
-            }
-            writable = true;
-            if unsafe { libc::unlinkat(dfd, name.as_ptr(), flags) } != 0 {
-                return Err(last());
-            }
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn set_errno_zero() {
-    unsafe { *libc::__errno_location() = 0 };
-}
-
-#[cfg(target_os = "macos")]
-fn set_errno_zero() {
-    unsafe { *libc::__error() = 0 };
 }
 
 /// Remove everything under `base` (leftovers of an earlier server). Returns how many entries.
@@ -312,11 +195,10 @@ mod tests {
         for dir in [deep.clone(), w.join("root/a")] {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
         }
-        fast_remove(&w).unwrap();
+        remove(&w).unwrap();
         assert!(!w.exists());
         assert!(outside.join("keep").exists(), "symlink was followed");
-        // Missing is fine; so is the public entry point.
-        fast_remove(&w).unwrap();
+        // Missing is fine.
         remove(&w).unwrap();
     }
 

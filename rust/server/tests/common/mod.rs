@@ -118,6 +118,7 @@ impl TestServer {
             port: None,
             jobs,
             spawn: Some(spawn_wrapper()),
+            limits: Default::default(),
         }
     }
 

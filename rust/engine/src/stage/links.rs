@@ -1,0 +1,331 @@
+//! Symlinks resolved through the tree being staged, never through the host filesystem.
+//!
+//! A lexical check of each target (`tree::validate`) cannot see chains: with `sub/up -> ..`,
+//! `x -> sub/up/sub/up/../../../MARK` never climbs above the root when its `..`s are counted,
+//! yet resolves outside it. So after the plan, every symlink of the tree is resolved the way
+//! the kernel would resolve it in the staged root: component by component from the link's own
+//! directory, following the tree's own symlinks (at most `MAX_HOPS` in a chain, like Linux's
+//! MAXSYMLINKS), and a `..` at the root is an escape. A link that dangles inside the tree is
+//! kept (the kernel answers ENOENT); what follows a missing component is checked lexically from
+//! there, so a link cannot dangle outside the root either. Chains longer than `MAX_HOPS` (loops)
+//! are refused too.
+//!
+//! Work is bounded without recursion: the walk over the tree is an explicit stack that only
+//! enters directories holding symlinks, each walk is bounded by the hop limit and PATH_MAX-long
+//! targets, and a stage has a step budget. A subtree whose links all resolve within itself is
+//! remembered (`Memo::links_contained`) and skipped wherever it occurs again.
+//!
+//! The same walk resolves a command's working directory (`resolve_dir`).
+
+use super::plan::{Memo, Plan};
+use crate::cas::Cache;
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::tree::{self, Directory, SymlinkPolicy};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Symlinks followed in one resolution, as Linux's MAXSYMLINKS.
+pub const MAX_HOPS: u32 = 40;
+
+/// Path components walked per stage, plus `STEPS_PER_LINK` per symlink in the expanded tree.
+const STEPS_BASE: u64 = 1 << 20;
+const STEPS_PER_LINK: u64 = 256;
+
+/// Where a walk ended.
+enum End {
+    /// At a directory of the tree: the names from the root.
+    Dir(Vec<String>),
+    /// At a file (or through one: ENOTDIR), or at an absolute link the policy allows.
+    NotDir,
+    /// Dangling inside the tree: `missing` components (already checked to stay inside) that
+    /// the tree lacks below the directory `at`.
+    Missing {
+        at: Vec<String>,
+        missing: Vec<String>,
+    },
+}
+
+struct Walker<'a> {
+    cache: &'a Cache,
+    memo: &'a Memo,
+    plan: &'a Plan,
+    policy: SymlinkPolicy,
+    steps_left: u64,
+}
+
+/// One level of the chain from the root to where a walk is.
+#[derive(Clone)]
+struct Level {
+    dir: Arc<Directory>,
+    name: String,
+}
+
+impl Walker<'_> {
+    /// Resolve `target` from the directory `chain` ends at. Returns the end and the shallowest
+    /// level (root = 0) the walk passed through.
+    fn walk(&mut self, chain: &[Level], target: &str) -> std::result::Result<(End, usize), String> {
+        let mut at: Vec<Level> = chain.to_vec();
+        let mut shallowest = at.len() - 1;
+        // Components still to walk, last first.
+        let mut todo: Vec<String> = target.rsplit('/').map(str::to_string).collect();
+        let mut hops = 1u32;
+        while let Some(c) = todo.pop() {
+            if self.steps_left == 0 {
+                return Err("resolving the tree's symlinks takes too many steps".into());
+            }
+            self.steps_left -= 1;
+            match c.as_str() {
+                "" | "." => {}
+                ".." => {
+                    if at.len() == 1 {
+                        return Err(
+                            "resolves, through the tree's own symlinks, to a path that leaves the root"
+                                .into(),
+                        );
+                    }
+                    at.pop();
+                    shallowest = shallowest.min(at.len() - 1);
+                }
+                name => {
+                    let here = at.last().expect("the root stays").dir.clone();
+                    if let Ok(i) = here
+                        .directories
+                        .binary_search_by(|d| d.name.as_str().cmp(name))
+                    {
+                        let node = &here.directories[i];
+                        let d = Digest::from_opt_proto(node.digest.as_ref(), &node.name)
+                            .map_err(|e| e.to_string())?;
+                        let dir = self
+                            .plan
+                            .dir(self.cache, self.memo, &d, Path::new(name))
+                            .map_err(|e| e.to_string())?;
+                        at.push(Level {
+                            dir,
+                            name: name.to_string(),
+                        });
+                    } else if let Ok(i) = here
+                        .symlinks
+                        .binary_search_by(|s| s.name.as_str().cmp(name))
+                    {
+                        hops += 1;
+                        if hops > MAX_HOPS {
+                            return Err(format!(
+                                "more than {MAX_HOPS} symlinks in one chain (a loop?)"
+                            ));
+                        }
+                        let t = &here.symlinks[i].target;
+                        if t.starts_with('/') {
+                            if self.policy.allow_absolute {
+                                return Ok((End::NotDir, shallowest));
+                            }
+                            return Err(format!("goes through '{name}', an absolute symlink"));
+                        }
+                        todo.extend(t.rsplit('/').map(str::to_string));
+                    } else {
+                        // A file (anything after it fails with ENOTDIR) or missing (ENOENT
+                        // unless the action creates it): what is left must stay inside.
+                        let is_file = here
+                            .files
+                            .binary_search_by(|f| f.name.as_str().cmp(name))
+                            .is_ok();
+                        let mut level = at.len() as i64; // below `name`
+                        for rest in todo.iter().rev() {
+                            match rest.as_str() {
+                                "" | "." => {}
+                                ".." => {
+                                    level -= 1;
+                                    if level < 0 && !is_file {
+                                        return Err(
+                                            "dangles outside the root (it leaves the root once what is missing exists)"
+                                                .into(),
+                                        );
+                                    }
+                                    shallowest = shallowest.min(level.max(0) as usize);
+                                }
+                                _ => level += 1,
+                            }
+                        }
+                        if is_file {
+                            return Ok((End::NotDir, shallowest));
+                        }
+                        todo.reverse();
+                        let mut missing = vec![name.to_string()];
+                        missing.extend(todo);
+                        let at_names = at.iter().skip(1).map(|l| l.name.clone()).collect();
+                        return Ok((
+                            End::Missing {
+                                at: at_names,
+                                missing,
+                            },
+                            shallowest,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok((
+            End::Dir(at.iter().skip(1).map(|l| l.name.clone()).collect()),
+            shallowest,
+        ))
+    }
+}
+
+/// Resolve every symlink of the tree at `root` in place; refuse any that leaves the root.
+pub(crate) fn check(
+    cache: &Cache,
+    memo: &Memo,
+    plan: &Plan,
+    root: &Digest,
+    policy: SymlinkPolicy,
+) -> Result<()> {
+    if policy.allow_escaping {
+        return Ok(());
+    }
+    let top = plan.facts(cache, memo, root, Path::new(""))?;
+    // No symlink, or a root whose links were all resolved before (a root's never leave it).
+    if top.links == 0 || memo.lock().links_contained.contains(&(*root, policy)) {
+        return Ok(());
+    }
+    let mut w = Walker {
+        cache,
+        memo,
+        plan,
+        policy,
+        steps_left: STEPS_BASE.saturating_add(top.links.saturating_mul(STEPS_PER_LINK)),
+    };
+    // The chain from the root to the directory being checked, and per level: its digest, the
+    // next subdirectory to enter, and the shallowest level any walk from inside it reached.
+    let mut chain: Vec<Level> = Vec::new();
+    let mut frames: Vec<(Digest, usize, usize)> = Vec::new();
+    let enter = |w: &mut Walker,
+                 chain: &mut Vec<Level>,
+                 frames: &mut Vec<(Digest, usize, usize)>,
+                 d: Digest,
+                 dir: Arc<Directory>,
+                 name: String|
+     -> Result<()> {
+        chain.push(Level {
+            dir: dir.clone(),
+            name,
+        });
+        let depth = chain.len() - 1;
+        let mut shallowest = depth;
+        for s in &dir.symlinks {
+            if s.target.starts_with('/') {
+                // Allowed by the policy (or refused already by the lexical check).
+                continue;
+            }
+            let (_, reached) = w.walk(chain, &s.target).map_err(|r| {
+                let path: Vec<&str> = chain.iter().skip(1).map(|l| l.name.as_str()).collect();
+                let path = path.join("/");
+                Error::InvalidTree {
+                    digest: d,
+                    reason: format!(
+                        "symlink '{}' -> '{}': {r}",
+                        tree::join(&path, &s.name),
+                        s.target
+                    ),
+                    path,
+                }
+            })?;
+            shallowest = shallowest.min(reached);
+        }
+        frames.push((d, 0, shallowest));
+        Ok(())
+    };
+    let root_dir = plan.dir(cache, memo, root, Path::new(""))?;
+    enter(
+        &mut w,
+        &mut chain,
+        &mut frames,
+        *root,
+        root_dir,
+        String::new(),
+    )?;
+    while let Some(&mut (d, ref mut next, _)) = frames.last_mut() {
+        let dir = chain.last().expect("one level per frame").dir.clone();
+        if let Some(sub) = dir.directories.get(*next) {
+            *next += 1;
+            let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
+            let p = Path::new(&sub.name);
+            if plan.facts(cache, memo, &sd, p)?.links == 0
+                || memo.lock().links_contained.contains(&(sd, policy))
+            {
+                continue;
+            }
+            let sub_dir = plan.dir(cache, memo, &sd, p)?;
+            enter(
+                &mut w,
+                &mut chain,
+                &mut frames,
+                sd,
+                sub_dir,
+                sub.name.clone(),
+            )?;
+            continue;
+        }
+        // Done with `d`: its links stayed inside it if no walk reached above its level.
+        let (_, _, shallowest) = frames.pop().expect("non-empty");
+        let depth = chain.len() - 1;
+        chain.pop();
+        if shallowest >= depth {
+            memo.lock().links_contained.insert((d, policy));
+        }
+        if let Some(parent) = frames.last_mut() {
+            parent.2 = parent.2.min(shallowest);
+        }
+    }
+    Ok(())
+}
+
+/// `rel` (a normalized relative path, "" for the root) resolved through the tree: the real
+/// directories it names from the root, following the tree's own symlinks. Components the
+/// tree does not hold are kept as they are (they will be created, e.g. as output parents).
+/// Refused with INVALID_ARGUMENT if it leaves the root or ends at a file.
+pub(crate) fn resolve_dir(
+    cache: &Cache,
+    memo: &Memo,
+    plan: &Plan,
+    root: &Digest,
+    rel: &str,
+    what: &str,
+) -> Result<String> {
+    if rel.is_empty() {
+        return Ok(String::new());
+    }
+    let mut w = Walker {
+        cache,
+        memo,
+        plan,
+        policy: SymlinkPolicy::default(),
+        steps_left: STEPS_BASE,
+    };
+    let root_dir = plan.dir(cache, memo, root, Path::new(""))?;
+    let chain = [Level {
+        dir: root_dir,
+        name: String::new(),
+    }];
+    let bad = |r: String| Error::InvalidArgument(format!("{what} '{rel}': {r}"));
+    match w.walk(&chain, rel).map_err(bad)? {
+        (End::Dir(names), _) => Ok(names.join("/")),
+        (End::NotDir, _) => Err(bad("is not a directory of the input tree".into())),
+        (End::Missing { at, missing }, _) => {
+            // Parts the tree lacks are created (as output parents); a `..` among them would
+            // climb back through a directory that does not exist yet.
+            let mut parts = at;
+            for m in missing {
+                match m.as_str() {
+                    "" | "." => {}
+                    ".." => {
+                        return Err(bad(
+                            "goes through a path the input tree does not hold and back".into(),
+                        ))
+                    }
+                    _ => parts.push(m),
+                }
+            }
+            Ok(parts.join("/"))
+        }
+    }
+}
