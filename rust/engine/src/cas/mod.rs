@@ -126,6 +126,10 @@ pub struct Cache {
     no_clone_from: Mutex<HashMap<u64, ()>>,
     /// The device the cache's files live on (of `tmp/`, where every blob is written first).
     dev: u64,
+    /// Every inode this process quarantined, in order, by the path it was served under.
+    /// A root remembers how long this was when it was staged: whatever was added since, it may
+    /// hold (see `stage::tamper`). Quarantines are rare; this never shrinks.
+    quarantined: Mutex<Vec<PathBuf>>,
 }
 
 impl Cache {
@@ -160,7 +164,19 @@ impl Cache {
             root,
             tmp,
             no_clone_from: Mutex::new(HashMap::new()),
+            quarantined: Mutex::new(Vec::new()),
         })
+    }
+
+    /// How many inodes this process has quarantined so far: a mark for `quarantined_since`.
+    pub(crate) fn quarantine_mark(&self) -> usize {
+        self.quarantined.lock().unwrap().len()
+    }
+
+    /// The cache paths of the inodes this process quarantined after `mark` was taken.
+    pub(crate) fn quarantined_since(&self, mark: usize) -> Vec<PathBuf> {
+        let q = self.quarantined.lock().unwrap();
+        q.get(mark..).map(|s| s.to_vec()).unwrap_or_default()
     }
 
     pub fn root(&self) -> &Path {
