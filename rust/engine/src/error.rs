@@ -81,6 +81,19 @@ impl Error {
     }
 }
 
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attach the syscall name and path to an `io::Result`.
+pub trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,18 +108,5 @@ mod tests {
             let e = Error::io("write", "/x", io::Error::from_raw_os_error(errno));
             assert_eq!(e.class(), class, "errno {errno}");
         }
-    }
-}
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Attach the syscall name and path to an `io::Result`.
-pub trait IoContext<T> {
-    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T>;
-}
-
-impl<T> IoContext<T> for io::Result<T> {
-    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
-        self.map_err(|e| Error::io(op, path, e))
     }
 }
