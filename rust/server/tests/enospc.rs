@@ -153,7 +153,7 @@ async fn a_full_disk_answers_resource_exhausted_and_loses_nothing() {
 
     // Space returns: everything works again.
     std::fs::remove_dir_all(&filler).unwrap();
-    c.upload(&[blob.clone()]).await;
+    c.upload(std::slice::from_ref(&blob)).await;
     assert_eq!(c.read(&d).await, blob);
     let (_, resp) = c.execute(action, true).await;
     assert_eq!(
