@@ -75,6 +75,18 @@ enum Cmd {
         /// The clonestage-spawn wrapper [default: $CLONESTAGE_SPAWN, beside this binary, PATH].
         #[arg(long)]
         spawn: Option<PathBuf>,
+        /// Keep the cache within this many bytes (K, M, G, T suffixes, powers of 1024), evicting
+        /// least-recently-used entries in the background [default: min(25% of the cache's
+        /// filesystem, 64G)].
+        #[arg(long, value_parser = commands::parse_size)]
+        max_size: Option<u64>,
+    },
+    /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
+    /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
+    Stop {
+        /// Seconds to wait for it to finish running actions and exit.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
     },
     /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
     Bench(bench::BenchArgs),
@@ -154,19 +166,25 @@ fn main() -> ExitCode {
         Cmd::Stats { json } => commands::stats(&cache, json),
         Cmd::Verify => commands::verify(&cache),
         Cmd::Gc { max_size } => commands::gc(&cache, max_size),
-        Cmd::Serve { port, jobs, spawn } => {
-            clonestage_server::serve(clonestage_server::ServeOptions {
-                cache_dir: cache,
-                port,
-                jobs: jobs.unwrap_or_else(|| {
-                    std::thread::available_parallelism()
-                        .map(|n| n.get())
-                        .unwrap_or(2)
-                }),
-                spawn,
-            })
-            .map(|_| ExitCode::SUCCESS)
-        }
+        Cmd::Stop { timeout } => commands::stop(&cache, timeout),
+        Cmd::Serve {
+            port,
+            jobs,
+            spawn,
+            max_size,
+        } => clonestage_server::serve(clonestage_server::ServeOptions {
+            cache_dir: cache,
+            port,
+            jobs: jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            }),
+            spawn,
+            max_size,
+            evict_every: None,
+        })
+        .map(|_| ExitCode::SUCCESS),
         Cmd::Address { tcp } => commands::address(&cache, tcp),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
     };

@@ -118,6 +118,8 @@ impl TestServer {
             port: None,
             jobs,
             spawn: Some(spawn_wrapper()),
+            max_size: None,
+            evict_every: None,
         }
     }
 
