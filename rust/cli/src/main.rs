@@ -85,6 +85,18 @@ enum Cmd {
         /// Refuse input roots of more bytes of files once expanded; K, M, G suffixes.
         #[arg(long, value_parser = commands::parse_size, default_value = "64G")]
         max_tree_bytes: u64,
+        /// Keep the cache within this many bytes (K, M, G, T suffixes, powers of 1024), evicting
+        /// least-recently-used entries in the background [default: min(25% of the cache's
+        /// filesystem, 64G)].
+        #[arg(long, value_parser = commands::parse_size)]
+        max_size: Option<u64>,
+    },
+    /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
+    /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
+    Stop {
+        /// Seconds to wait for it to finish running actions and exit.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
     },
     /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
     Bench(bench::BenchArgs),
@@ -169,6 +181,7 @@ fn main() -> ExitCode {
         Cmd::Stats { json } => commands::stats(&cache, json),
         Cmd::Verify => commands::verify(&cache),
         Cmd::Gc { max_size } => commands::gc(&cache, max_size),
+        Cmd::Stop { timeout } => commands::stop(&cache, timeout),
         Cmd::Serve {
             port,
             jobs,
@@ -176,6 +189,7 @@ fn main() -> ExitCode {
             max_tree_depth,
             max_tree_entries,
             max_tree_bytes,
+            max_size,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -190,6 +204,8 @@ fn main() -> ExitCode {
                 max_entries: max_tree_entries,
                 max_bytes: max_tree_bytes,
             },
+            max_size,
+            evict_every: None,
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address { tcp, bazelrc } => commands::address(&cache, tcp, bazelrc),

@@ -49,7 +49,14 @@ pub enum ErrorClass {
     InvalidArgument,
     FailedPrecondition,
     AlreadyExists,
+    /// The disk (or the user's quota) is full: ENOSPC, EDQUOT. Nothing partial was kept.
+    ResourceExhausted,
     Internal,
+}
+
+/// Whether an I/O error means the filesystem (or the user's quota) is full.
+pub fn is_out_of_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 impl Error {
@@ -60,6 +67,7 @@ impl Error {
             | Error::DigestMismatch { .. } => ErrorClass::InvalidArgument,
             Error::Missing { .. } => ErrorClass::FailedPrecondition,
             Error::DestinationExists(_) => ErrorClass::AlreadyExists,
+            Error::Io { source, .. } if is_out_of_space(source) => ErrorClass::ResourceExhausted,
             Error::Io { .. } | Error::Injected(_) => ErrorClass::Internal,
         }
     }
@@ -83,5 +91,22 @@ pub trait IoContext<T> {
 impl<T> IoContext<T> for io::Result<T> {
     fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
         self.map_err(|e| Error::io(op, path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_or_quota_is_resource_exhausted_and_other_io_errors_internal() {
+        for (errno, class) in [
+            (libc::ENOSPC, ErrorClass::ResourceExhausted),
+            (libc::EDQUOT, ErrorClass::ResourceExhausted),
+            (libc::EIO, ErrorClass::Internal),
+        ] {
+            let e = Error::io("write", "/x", io::Error::from_raw_os_error(errno));
+            assert_eq!(e.class(), class, "errno {errno}");
+        }
     }
 }

@@ -64,9 +64,7 @@ impl AcStore {
     pub fn put(&self, d: &Digest, r: &ActionResult) -> Result<(), Failure> {
         let p = self.path(d);
         let parent = p.parent().expect("ac paths have parents");
-        let io = |op: &str, path: &Path, e: std::io::Error| {
-            Failure::Internal(format!("{op} {}: {e}", path.display()))
-        };
+        let io = |op: &str, path: &Path, e: std::io::Error| Failure::io(op, path, e);
         std::fs::create_dir_all(parent).map_err(|e| io("mkdir", parent, e))?;
         let tmp = parent.join(format!(
             ".tmp-{}-{}",

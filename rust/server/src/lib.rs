@@ -6,7 +6,8 @@
 //! Layout: `server` (start/stop, signals), `listen`, `auth`, `lock`, `layout` (files in the
 //! cache), `address` (`clonestage address`), one module per service (`capabilities`,
 //! `cas_service`, `bytestream`, `action_cache` over `ac_store`, `execution`), `status` (how
-//! failures reach clients), `stats` (server counters in stats.json).
+//! failures reach clients), `stats` (server counters in stats.json), `eviction` (the cache's
+//! size limit).
 
 mod ac_store;
 mod action_cache;
@@ -15,6 +16,7 @@ mod auth;
 mod bytestream;
 mod capabilities;
 mod cas_service;
+mod eviction;
 mod execution;
 mod layout;
 mod listen;
@@ -24,6 +26,7 @@ mod server;
 mod state;
 mod stats;
 mod status;
+mod stop;
 
 pub use auth::TOKEN_HEADER;
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
@@ -31,6 +34,7 @@ pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_N
 pub use server::{start, ServerHandle, DRAIN_GRACE};
 pub use stats::{stage_percentiles, STAGE_BUCKETS_US};
 pub use status::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
+pub use stop::{stop, Stopped};
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +51,11 @@ pub struct ServeOptions {
     pub spawn: Option<PathBuf>,
     /// Bounds on an input root's depth and expanded size (`--max-tree-*`).
     pub limits: clonestage_engine::stage::TreeLimits,
+    /// The cache's size limit in bytes (`--max-size`); None: min(25% of its filesystem,
+    /// 64 GiB). Kept by background eviction (`eviction`).
+    pub max_size: Option<u64>,
+    /// How often eviction looks at the cache's size; None: every 30 s.
+    pub evict_every: Option<std::time::Duration>,
 }
 
 /// Run the server until SIGTERM/SIGINT (then drain running actions; a second signal cancels).

@@ -51,6 +51,7 @@ pub struct ServerHandle {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
     lock: ServerLock,
+    evict: crate::eviction::Limits,
 }
 
 fn routes(state: &Arc<State>) -> Routes {
@@ -155,6 +156,12 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     state
         .start_janitor()
         .context("start the work-dir janitor")?;
+    let evict = crate::eviction::Limits::new(
+        opts.max_size
+            .unwrap_or_else(|| crate::eviction::default_max_size(&layout.cache)),
+        opts.evict_every.unwrap_or(crate::eviction::DEFAULT_EVERY),
+    );
+    crate::eviction::start(&state, evict).context("start the eviction thread")?;
     let routes = routes(&state);
     let (stop, stop_rx) = watch::channel(false);
     let unix_server = builder()
@@ -186,6 +193,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         stop,
         tasks,
         lock,
+        evict,
     })
 }
 
@@ -200,6 +208,15 @@ impl ServerHandle {
 
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// Run one eviction check now, as the background thread does (tests; see `eviction`).
+    pub async fn evict_now(&self) -> Option<clonestage_engine::cas::GcReport> {
+        let (state, limits) = (self.state.clone(), self.evict);
+        tokio::task::spawn_blocking(move || crate::eviction::tick(&state, &limits))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Actions accepted and not finished yet.

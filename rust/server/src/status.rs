@@ -41,6 +41,8 @@ pub(crate) enum Failure {
     },
     NotFound(String),
     Unavailable(String),
+    /// The cache's filesystem (or the user's quota) is full.
+    ResourceExhausted(String),
     Internal(String),
 }
 
@@ -51,7 +53,19 @@ impl Failure {
             Failure::Missing { .. } => Code::FailedPrecondition,
             Failure::NotFound(_) => Code::NotFound,
             Failure::Unavailable(_) => Code::Unavailable,
+            Failure::ResourceExhausted(_) => Code::ResourceExhausted,
             Failure::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// A failed syscall on the server's own files: RESOURCE_EXHAUSTED when the disk or quota
+    /// is full (the client may retry once space returns), INTERNAL otherwise.
+    pub fn io(op: &str, path: &std::path::Path, e: std::io::Error) -> Failure {
+        let m = format!("{op} {}: {e}", path.display());
+        if clonestage_engine::error::is_out_of_space(&e) {
+            Failure::ResourceExhausted(m)
+        } else {
+            Failure::Internal(m)
         }
     }
 
@@ -60,6 +74,7 @@ impl Failure {
             Failure::InvalidArgument(m)
             | Failure::NotFound(m)
             | Failure::Unavailable(m)
+            | Failure::ResourceExhausted(m)
             | Failure::Internal(m) => m.clone(),
             Failure::Missing { digests, what } => {
                 let first: Vec<String> = digests.iter().take(3).map(|d| d.to_string()).collect();
@@ -133,6 +148,7 @@ impl From<EngineError> for Failure {
             },
             (ErrorClass::InvalidArgument, _) => Failure::InvalidArgument(msg),
             (ErrorClass::FailedPrecondition, _) => Failure::Internal(msg),
+            (ErrorClass::ResourceExhausted, _) => Failure::ResourceExhausted(msg),
             (ErrorClass::AlreadyExists, _) | (ErrorClass::Internal, _) => Failure::Internal(msg),
         }
     }

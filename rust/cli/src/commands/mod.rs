@@ -84,6 +84,29 @@ pub fn address(cache: &Path, tcp: bool, bazelrc: bool) -> anyhow::Result<ExitCod
     }
 }
 
+/// `clonestage stop`: 0 once the server released the cache, 3 when none was running, 1 when
+/// it still runs after `timeout_s`.
+pub fn stop(cache: &Path, timeout_s: u64) -> anyhow::Result<ExitCode> {
+    use clonestage_server::Stopped;
+    match clonestage_server::stop(cache, std::time::Duration::from_secs(timeout_s))? {
+        Stopped::Stopped(pid) => {
+            println!("stopped the server for {} (pid {pid})", cache.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Stopped::NotRunning => {
+            eprintln!("clonestage: no server is running for {}", cache.display());
+            Ok(ExitCode::from(3))
+        }
+        Stopped::StillRunning(pid) => {
+            eprintln!(
+                "clonestage: the server for {} (pid {pid}) got SIGTERM but still runs after {timeout_s}s (running actions drain for up to 10s; send SIGTERM again to cancel them)",
+                cache.display()
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// `123`, `10K`, `64M`, `2G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();

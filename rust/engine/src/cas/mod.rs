@@ -126,13 +126,33 @@ pub struct Cache {
     no_clone_from: Mutex<HashMap<u64, ()>>,
     /// The device the cache's files live on (of `tmp/`, where every blob is written first).
     dev: u64,
+    /// Every inode this process quarantined, in order, by the path it was served under.
+    /// A root remembers how long this was when it was staged: whatever was added since, it may
+    /// hold (see `stage::tamper`). Quarantines are rare; this never shrinks.
+    quarantined: Mutex<Vec<PathBuf>>,
 }
 
 impl Cache {
     /// Open (creating if needed) the cache at `root`.
+    ///
+    /// The cache holds every source file and output that went through it: its top directory
+    /// is made `0o700`, and an existing one owned by this user with wider modes is tightened
+    /// (logged once, when it happens), so other local users see nothing under it.
     pub fn open(root: &Path) -> Result<Cache> {
-        std::fs::create_dir_all(root).ctx("mkdir", root)?;
+        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).ctx("mkdir", parent)?;
+        }
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            match std::fs::DirBuilder::new().mode(0o700).create(root) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(crate::Error::io("mkdir", root, e))
+                }
+                _ => {}
+            }
+        }
         let root = root.canonicalize().ctx("realpath", root)?;
+        restrict_to_owner(&root)?;
         for sub in SUBDIRS {
             let p = root.join(sub);
             match std::fs::create_dir(&p) {
@@ -160,7 +180,19 @@ impl Cache {
             root,
             tmp,
             no_clone_from: Mutex::new(HashMap::new()),
+            quarantined: Mutex::new(Vec::new()),
         })
+    }
+
+    /// How many inodes this process has quarantined so far: a mark for `quarantined_since`.
+    pub(crate) fn quarantine_mark(&self) -> usize {
+        self.quarantined.lock().unwrap().len()
+    }
+
+    /// The cache paths of the inodes this process quarantined after `mark` was taken.
+    pub(crate) fn quarantined_since(&self, mark: usize) -> Vec<PathBuf> {
+        let q = self.quarantined.lock().unwrap();
+        q.get(mark..).map(|s| s.to_vec()).unwrap_or_default()
     }
 
     pub fn root(&self) -> &Path {
@@ -381,6 +413,24 @@ impl Cache {
             tracing::warn!(path = %p.display(), error = %e, "cannot record cache access");
         }
     }
+}
+
+/// Make the cache's top directory `0o700` (the umask may have widened a fresh one; an old
+/// cache was made `0o755`). A cache owned by another user is left alone, with a warning.
+fn restrict_to_owner(root: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = std::fs::metadata(root).ctx("stat", root)?;
+    let mode = m.mode() & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    if m.uid() != unsafe { libc::geteuid() } {
+        tracing::warn!(cache = %root.display(), mode = format!("{mode:o}"), owner = m.uid(), "the cache belongs to another user and other users can reach it; leaving its mode alone");
+        return Ok(());
+    }
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).ctx("chmod", root)?;
+    tracing::info!(cache = %root.display(), was = format!("{mode:o}"), "cache directory was open to other users; made it 0700");
+    Ok(())
 }
 
 /// Remove `tmp/` entries, and half-built `subtrees/.b-*` entries, left by processes that no

@@ -1,10 +1,28 @@
-//! Pins: roots a running stage (or action) uses, kept from eviction in every process.
+//! Pins: what a running stage, action or any other user of the cache needs kept from
+//! eviction, in every process sharing the cache. One design for all of them:
 //!
-//! Each process owns one file `pins/<pid>-<nanos>`, flock'ed exclusively for its lifetime and
-//! rewritten in place with the digests it pins. `gc` takes `gc.lock` exclusively, and reads
+//! ```text
+//! let guard: PinGuard = cache.pin(&digest)?;   // kept until `guard` drops
+//! ```
+//!
+//! - `digest` is a Directory (the root of a tree: the Directory, its subdirectories and every
+//!   file they list are kept, and a materialized `subtrees/<digest>` with them) or any other
+//!   blob (kept alone). Pins nest and repeat: a digest is kept while any guard for it lives.
+//! - Users: the stager pins each input root for the life of its `StagedRoot` (so a running
+//!   action's inputs stay); a pool of ready subtrees would hold one guard per subtree while it
+//!   is in the pool; an upload queue one guard per queued blob until it is uploaded. Neither
+//!   needs anything else from gc.
+//! - Cost: the first pin of a digest in a process takes `gc.lock` shared and rewrites the
+//!   process's pin file; a digest already listed costs a mutex and a counter.
+//! - A guard dropped leaves its digest listed in the pin file until this process pins something
+//!   new or exits: other processes' gc keeps it that much longer; this process's own gc sees the
+//!   exact in-memory counts.
+//!
+//! How: each process owns one file `pins/<pid>-<nanos>`, flock'ed exclusively for its lifetime
+//! and rewritten in place with the digests it pins. `gc` takes `gc.lock` exclusively, and reads
 //! every pin file whose lock it cannot take (a live owner); a file whose lock it can take
 //! belongs to a dead process and is removed. `pin` registers under a shared `gc.lock`, so a
-//! root is either pinned before gc decides, or staged after gc has finished.
+//! digest is either pinned before gc decides, or used after gc has finished.
 
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};

@@ -211,3 +211,61 @@ fn read_refuses_a_blob_file_longer_or_shorter_than_its_digest() {
         }
     }
 }
+
+/// Run `sh -c script` as uid/gid 65534 with no groups; its exit status.
+fn as_nobody(script: &str) -> std::process::ExitStatus {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run setpriv")
+}
+
+/// Issue 10, finding 7: another local user can neither list nor read anything in the cache,
+/// whether clonestage made the directory or it existed with wider modes (tightened at open).
+#[test]
+fn another_user_can_neither_list_nor_read_the_cache() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: switching to uid 65534 needs root");
+        return;
+    }
+    // A world-traversable parent, as a home or /var directory is.
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let existing = t.path().join("existing");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for root in [t.path().join("fresh"), existing] {
+        let c = Cache::open(&root).unwrap();
+        let d = c.put_bytes(b"secret source\n", None).unwrap();
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700, "{}", root.display());
+        // The control: the same commands as root do succeed.
+        let blob = c.blob_path(&d);
+        let list = format!("ls {r} && ls {r}/blobs", r = root.display());
+        let read = format!("cat {}", blob.display());
+        assert!(std::process::Command::new("sh")
+            .args(["-c", &list])
+            .status()
+            .unwrap()
+            .success());
+        assert!(
+            !as_nobody(&list).success(),
+            "uid 65534 listed {}",
+            root.display()
+        );
+        assert!(
+            !as_nobody(&read).success(),
+            "uid 65534 read {}",
+            blob.display()
+        );
+    }
+}

@@ -37,7 +37,10 @@ impl Cache {
     }
 
     /// Take an inode out of service (rename into quarantine/, so it is kept for inspection).
+    /// Recorded before the rename: whoever finds the path gone, or holding a fresh inode
+    /// uploaded since, then also finds the record (`stage::tamper`).
     pub(crate) fn quarantine(&self, path: &std::path::Path) {
+        self.quarantined.lock().unwrap().push(path.to_path_buf());
         let dst = self.root().join("quarantine").join(
             self.tmp_name(
                 &path

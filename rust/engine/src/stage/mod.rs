@@ -77,6 +77,8 @@ pub struct StagedRoot {
     pub micros: u64,
     linked: Vec<(Digest, build::Inode)>,
     linked_unique: std::sync::OnceLock<Vec<(Digest, build::Inode)>>,
+    /// `Cache::quarantine_mark()` before anything was linked (see `tamper`).
+    quarantine_mark: usize,
     /// The device whose cost estimates this stage moved enough to save (by `Stager::record`).
     profile_due: Option<(u64, u64)>,
     cache: Arc<Cache>,
@@ -84,14 +86,18 @@ pub struct StagedRoot {
 }
 
 impl StagedRoot {
-    /// After the action: quarantine every hardlinked cache inode it wrote through. Returns their
-    /// digests (empty when nothing was touched or nothing was hardlinked).
+    /// After the action: quarantine every hardlinked cache inode it wrote through, and return
+    /// the digests of every hardlinked input this root held that was tampered with: written
+    /// through here, or by another root sharing the inode (quarantined by whoever checked
+    /// first). Empty when nothing was touched or nothing was hardlinked; a result built from a
+    /// root with a non-empty answer must not be trusted or cached.
     pub fn check_inputs(&self) -> Vec<Digest> {
-        let bad = tamper::check(&self.cache, self.linked_inodes());
-        if !bad.is_empty() {
-            let _ = stats::update(self.cache.root(), |c| c.tampered += bad.len() as u64);
+        let found = tamper::check(&self.cache, self.linked_inodes(), self.quarantine_mark);
+        if found.quarantined_here > 0 {
+            let n = found.quarantined_here as u64;
+            let _ = stats::update(self.cache.root(), |c| c.tampered += n);
         }
-        bad
+        found.tainted
     }
 
     /// How many distinct cache inodes are hardlinked into this root.
@@ -249,6 +255,7 @@ impl Stager {
             return Err(Error::DestinationExists(dest.clone()));
         }
         let pin = self.cache.pin(&req.root)?;
+        let quarantine_mark = self.cache.quarantine_mark();
         let t_plan = Instant::now();
         let plan = plan::Plan::load(
             &self.cache,
@@ -368,6 +375,7 @@ impl Stager {
             micros,
             linked: std::mem::take(&mut b.linked),
             linked_unique: Default::default(),
+            quarantine_mark,
             profile_due,
             cache: self.cache.clone(),
             _pin: pin,

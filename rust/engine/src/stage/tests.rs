@@ -245,6 +245,92 @@ fn write_through_hardlink_is_detected_and_quarantined() {
     );
     assert!(crate::stats::load(st.cache().root()).unwrap().tampered >= 1);
 }
+
+/// Append to `p` through its hardlink, as root or an owner who chmods can (issue 10, finding 2).
+fn append_through(p: &Path) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(p)
+        .unwrap()
+        .write_all(b"oops")
+        .unwrap();
+}
+
+/// Two roots share a hardlinked blob; A writes through it, B only reads it. Whichever checks
+/// first quarantines the inode; the other must still see that its root held the tampered inode
+/// (before the fix, the one checking second found the cache path gone and reported nothing).
+#[test]
+fn a_shared_tampered_inode_taints_every_root_that_holds_it_whoever_checks_first() {
+    for a_checks_first in [true, false] {
+        let (t, st) = setup(&std::env::temp_dir());
+        sample(&t.path().join("src"), 2);
+        let d = ingest(&st, &t.path().join("src"));
+        let stage = |name: &str| {
+            let mut r = req(d, t.path().join(name));
+            r.method = MethodPreference::Hardlink;
+            st.stage(&r).unwrap()
+        };
+        let (a, b) = (stage("a"), stage("b"));
+        append_through(&t.path().join("a/pkg/a.swift"));
+        let blob = Digest::of_bytes(b"let x = 1\n");
+        let (first, second) = if a_checks_first { (&a, &b) } else { (&b, &a) };
+        assert_eq!(
+            first.check_inputs(),
+            vec![blob],
+            "a_checks_first={a_checks_first}"
+        );
+        assert_eq!(
+            second.check_inputs(),
+            vec![blob],
+            "the root checked second held the same tampered inode (a_checks_first={a_checks_first})"
+        );
+        // Counted once: one inode was quarantined.
+        assert_eq!(crate::stats::load(st.cache().root()).unwrap().tampered, 1);
+    }
+}
+
+/// The tampered inode is quarantined and the client uploads the blob again (a fresh, clean
+/// inode at the same cache path) while B still runs: B's root holds the old inode all the same.
+#[test]
+fn a_root_holding_a_quarantined_inode_is_tainted_even_after_the_blob_is_uploaded_again() {
+    let (t, st) = setup(&std::env::temp_dir());
+    sample(&t.path().join("src"), 2);
+    let d = ingest(&st, &t.path().join("src"));
+    let stage = |name: &str| {
+        let mut r = req(d, t.path().join(name));
+        r.method = MethodPreference::Hardlink;
+        st.stage(&r).unwrap()
+    };
+    let (a, b) = (stage("a"), stage("b"));
+    append_through(&t.path().join("a/pkg/a.swift"));
+    let blob = Digest::of_bytes(b"let x = 1\n");
+    assert_eq!(a.check_inputs(), vec![blob]);
+    st.cache().put_bytes(b"let x = 1\n", Some(&blob)).unwrap();
+    assert!(st.cache().contains(&blob));
+    assert_eq!(b.check_inputs(), vec![blob]);
+    // A root staged after the re-upload links the clean inode and is not tainted.
+    let c = stage("c");
+    assert!(c.check_inputs().is_empty());
+}
+
+/// A stage after the quarantine never sees the old inode: it is not tainted by it.
+#[test]
+fn a_root_staged_after_a_quarantine_is_clean() {
+    let (t, st) = setup(&std::env::temp_dir());
+    sample(&t.path().join("src"), 2);
+    let d = ingest(&st, &t.path().join("src"));
+    let mut r = req(d, t.path().join("a"));
+    r.method = MethodPreference::Hardlink;
+    let a = st.stage(&r).unwrap();
+    append_through(&t.path().join("a/pkg/a.swift"));
+    assert_eq!(a.check_inputs().len(), 1);
+    let blob = Digest::of_bytes(b"let x = 1\n");
+    st.cache().put_bytes(b"let x = 1\n", Some(&blob)).unwrap();
+    r.dest = t.path().join("b");
+    let b = st.stage(&r).unwrap();
+    assert!(b.check_inputs().is_empty());
+}
 use std::io::Write;
 
 #[test]

@@ -4,7 +4,9 @@
 //! blocking pool. Clients follow it as a stream of Operations (`operations`); the final one
 //! carries the `ExecuteResponse`, whose `status` holds execution errors the way Bazel reads
 //! them: FAILED_PRECONDITION with the missing digests, INVALID_ARGUMENT, DEADLINE_EXCEEDED
-//! (with the partial result) on timeout, UNAVAILABLE when cancelled by shutdown.
+//! (with the partial result) on timeout, UNAVAILABLE when cancelled by shutdown, ABORTED
+//! (with the result, for its logs) when a hardlinked input of the root was written through
+//! during the run, by the action or by another one sharing the inode.
 //! A result is recorded in the action cache only for exit code 0, no timeout, no input
 //! tampering, and without the Action's `do_not_cache`.
 
@@ -171,7 +173,6 @@ async fn respond(
             // The counters and the access log are written by a batched background flush; the
             // device's cost estimates (when they moved) are saved and the work dir removed in
             // the background: none of it delays the response.
-            let cached = cacheable(&prepared, &ex);
             let leftovers = ex.leftovers;
             state.add_stats(|p| {
                 p.counters.add(&leftovers.staged.counters);
@@ -182,14 +183,23 @@ async fn respond(
                 state.stager.save_estimates(&leftovers.staged);
                 leftovers.discard(state)
             });
-            let mut message = String::new();
-            if !cached && ex.tampered > 0 {
-                message = format!(
-                    "the action wrote through {} hardlinked input(s); they were quarantined and the result is not cached",
-                    ex.tampered
-                );
-            }
-            let status = if ex.stats.timed_out {
+            let status = if ex.tampered > 0 {
+                // Never a clean success: the result may be built from a corrupted input. ABORTED
+                // (a concurrency failure, retriable): a retry finds the quarantined blobs
+                // missing, Bazel uploads them again and the action runs on clean inputs; an
+                // action that writes its own inputs each time fails again after Bazel's
+                // bounded retries (--remote_retries), with this message.
+                state.count("tainted_actions");
+                rpc::Status {
+                    code: Code::Aborted as i32,
+                    message: format!(
+                        "{} hardlinked input(s) of this action's root were written through (by this action or by another one sharing them) while it ran; \
+                         they were quarantined and the result is neither cached nor usable",
+                        ex.tampered
+                    ),
+                    details: vec![],
+                }
+            } else if ex.stats.timed_out {
                 let secs = prepared.timeout.map_or(0.0, |t| t.as_secs_f64());
                 rpc::Status {
                     code: Code::DeadlineExceeded as i32,
@@ -214,7 +224,6 @@ async fn respond(
                 result: Some(ex.result),
                 cached_result: false,
                 status: Some(status),
-                message,
                 ..Default::default()
             }
         }

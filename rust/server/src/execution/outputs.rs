@@ -219,7 +219,7 @@ impl OutputSpec {
 }
 
 fn io(op: &str, p: &Path, e: std::io::Error) -> Failure {
-    Failure::Internal(format!("{op} {}: {e}", p.display()))
+    Failure::io(op, p, e)
 }
 
 fn chmod(p: &Path, mode: u32) -> Result<(), Failure> {

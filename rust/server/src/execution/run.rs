@@ -51,7 +51,7 @@ fn std_stream(state: &State, p: &Path) -> Result<Digest, Failure> {
             .put_file(p, PutFile::Move, None)
             .map_err(Failure::from),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Digest::EMPTY),
-        Err(e) => Err(Failure::Internal(format!("lstat {}: {e}", p.display()))),
+        Err(e) => Err(Failure::io("lstat", p, e)),
     }
 }
 

@@ -95,7 +95,7 @@ pub(crate) struct SpawnRequest<'a> {
 }
 
 fn io(what: &str, p: &Path, e: std::io::Error) -> Failure {
-    Failure::Internal(format!("{what} {}: {e}", p.display()))
+    Failure::io(what, p, e)
 }
 
 /// Run the command; returns the wrapper's stats. Blocks until the command has ended.

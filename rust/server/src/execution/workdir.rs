@@ -20,8 +20,7 @@ impl WorkDir {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir(&path)
-            .map_err(|e| Failure::Internal(format!("mkdir {}: {e}", path.display())))?;
+        std::fs::create_dir(&path).map_err(|e| Failure::io("mkdir", &path, e))?;
         Ok(WorkDir { path })
     }
 

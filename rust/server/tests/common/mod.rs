@@ -119,6 +119,8 @@ impl TestServer {
             jobs,
             spawn: Some(spawn_wrapper()),
             limits: Default::default(),
+            max_size: None,
+            evict_every: None,
         }
     }
 

@@ -1,0 +1,51 @@
+//! `clonestage stop`: stops the server serving a cache (SIGTERM, then waits for it to release
+//! the cache lock), with exit 3 when none runs.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn cs(cache: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(cache)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn stop_ends_the_server_for_the_cache_and_says_when_none_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let none = cs(&cache, &["stop"]);
+    assert_eq!(none.status.code(), Some(3), "{none:?}");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no server is running"));
+
+    // Nothing runs an action here: any executable serves as the wrapper.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(&cache)
+        .args(["serve", "--spawn", "/bin/true", "--jobs", "1"])
+        .env("CLONESTAGE_PRESPAWN", "0")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !cs(&cache, &["address"]).status.success() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "server never ready");
+        assert!(server.try_wait().unwrap().is_none(), "serve ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopped = cs(&cache, &["stop", "--timeout", "20"]);
+    assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+    assert!(
+        String::from_utf8_lossy(&stopped.stdout).contains(&format!("pid {}", server.id())),
+        "{stopped:?}"
+    );
+    // By the time stop returns, the cache is free: the server has exited (or is exiting).
+    let status = server.wait().unwrap();
+    assert!(status.success(), "serve exited with {status}");
+    assert_eq!(cs(&cache, &["address"]).status.code(), Some(3));
+    assert_eq!(cs(&cache, &["stop"]).status.code(), Some(3));
+}

@@ -1,0 +1,116 @@
+//! Keeping the cache within `serve --max-size`: a background thread that, every `every`
+//! (30 s by default), sums the bytes the cache's blobs hold and evicts least-recently-used
+//! ones with the engine's `Cache::gc` down to the low watermark (90% of the limit) when the
+//! cache is above the limit (the high watermark), whatever is running, or above the low
+//! watermark while the server is idle (no action, upload cleanup or work-dir removal). What a
+//! running action pins (its input root and everything it reaches) is never evicted; an
+//! ActionResult whose blobs were evicted then reads as absent (`ac_store`), so Bazel runs or
+//! uploads again.
+//!
+//! The default limit is min(25% of the cache's filesystem, 64 GiB): a quarter leaves the rest
+//! to the source tree, Bazel's output bases (which hold the same outputs again) and the work
+//! dirs; 64 GiB holds ~140 p95 SwiftCompile input sets (466 MB each) and is reached only on
+//! large disks. A tick stats every blob (one readdir per shard, one stat per blob); gc holds
+//! `gc.lock`, so stages wait for it to finish before pinning.
+
+use crate::state::State;
+use clonestage_engine::cas::GcReport;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often the thread looks at the cache's size unless told otherwise.
+pub const DEFAULT_EVERY: Duration = Duration::from_secs(30);
+/// The default limit's cap.
+const DEFAULT_CAP: u64 = 64 << 30;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The high watermark: above it, evict at once.
+    pub max: u64,
+    /// What eviction goes down to.
+    pub low: u64,
+    pub every: Duration,
+}
+
+impl Limits {
+    pub fn new(max: u64, every: Duration) -> Limits {
+        Limits {
+            max,
+            low: max - max / 10,
+            every,
+        }
+    }
+}
+
+/// min(25% of the filesystem holding `dir`, 64 GiB); the cap alone if statvfs fails.
+pub(crate) fn default_max_size(dir: &Path) -> u64 {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return DEFAULT_CAP;
+    };
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        tracing::warn!(dir = %dir.display(), error = %std::io::Error::last_os_error(), "statvfs failed; the cache's default size limit is the cap");
+        return DEFAULT_CAP;
+    }
+    #[allow(clippy::unnecessary_cast)] // the field types differ between Linux and macOS
+    let total = (st.f_blocks as u64).saturating_mul(st.f_frsize as u64);
+    (total / 4).min(DEFAULT_CAP)
+}
+
+/// One look at the cache: evict if the policy says so. Returns the report when it evicted.
+pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
+    let bytes = clonestage_engine::cas::cache_bytes(&state.cache);
+    let idle = state.busy() == 0;
+    if bytes <= limits.low || (bytes <= limits.max && !idle) {
+        return None;
+    }
+    match state.cache.gc(limits.low) {
+        Ok(r) => {
+            tracing::info!(
+                before = r.bytes_before,
+                after = r.bytes_after,
+                blobs = r.blobs_evicted,
+                subtrees = r.subtrees_evicted,
+                kept_pinned = r.kept_pinned,
+                max = limits.max,
+                idle,
+                "evicted least-recently-used cache entries"
+            );
+            Some(r)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cache eviction failed");
+            None
+        }
+    }
+}
+
+/// Start the thread; it ends when the server drains or its state is gone.
+pub(crate) fn start(state: &Arc<State>, limits: Limits) -> std::io::Result<()> {
+    let weak: Weak<State> = Arc::downgrade(state);
+    tracing::info!(
+        max_size = limits.max,
+        low = limits.low,
+        every_ms = limits.every.as_millis() as u64,
+        "cache size limit"
+    );
+    std::thread::Builder::new()
+        .name("clonestage-evict".into())
+        .spawn(move || loop {
+            // Sleep in short steps so a draining server does not wait for a whole period.
+            let mut slept = Duration::ZERO;
+            while slept < limits.every {
+                let step = Duration::from_millis(100).min(limits.every - slept);
+                std::thread::sleep(step);
+                slept += step;
+                match weak.upgrade() {
+                    Some(s) if !s.is_draining() => {}
+                    _ => return,
+                }
+            }
+            let Some(state) = weak.upgrade() else { return };
+            tick(&state, &limits);
+        })
+        .map(|_| ())
+}
