@@ -76,8 +76,10 @@ enum Cmd {
         /// The clonestage-spawn wrapper [default: $CLONESTAGE_SPAWN, beside this binary, PATH].
         #[arg(long)]
         spawn: Option<PathBuf>,
-        /// Refuse input roots with directories nested deeper than this.
-        #[arg(long, default_value_t = TreeLimits::DEFAULT_MAX_DEPTH)]
+        /// Refuse input roots with directories nested deeper than this (at most the default:
+        /// the stager recurses per level on the server's 2 MiB threads).
+        #[arg(long, default_value_t = TreeLimits::DEFAULT_MAX_DEPTH,
+              value_parser = clap::value_parser!(u32).range(1..=TreeLimits::DEFAULT_MAX_DEPTH as i64))]
         max_tree_depth: u32,
         /// Refuse input roots of more entries (files, directories, symlinks) once expanded.
         #[arg(long, default_value_t = TreeLimits::DEFAULT_MAX_ENTRIES)]

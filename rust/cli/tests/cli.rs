@@ -300,3 +300,22 @@ fn bench_json_has_every_method_and_the_ratios_against_the_raw_baselines_and_the_
     // The bench removes its work directory.
     assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn stage_refuses_a_symlink_chain_that_leaves_the_destination_through_the_trees_own_links() {
+    let t = tempfile::tempdir().unwrap();
+    let c = t.path().join("c");
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", src.join("sub/up")).unwrap();
+    // No `..` count leaves the root, but through sub/up it lands beside the destination.
+    std::os::unix::fs::symlink("sub/up/sub/up/../../../MARK", src.join("x")).unwrap();
+    let d = ok(&cs(&c, &["ingest", src.to_str().unwrap()]));
+    let out = t.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = cs(&c, &["stage", &d, out.join("root").to_str().unwrap()]);
+    assert!(!o.status.success(), "staged a link that leaves the root");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("leaves the root"), "{err}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "left files");
+}

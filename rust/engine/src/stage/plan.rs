@@ -285,7 +285,7 @@ fn too_deep(path: &str, d: &Digest, limits: &TreeLimits) -> Error {
         path,
         digest: *d,
         reason: format!(
-            "directories nested more than {} levels deep (the limit; --max-tree-depth raises it)",
+            "directories nested more than {} levels deep (the limit, --max-tree-depth)",
             limits.max_depth
         ),
     }

@@ -105,3 +105,36 @@ fn put_mode(opts: IngestOptions) -> PutFile {
         PutFile::CloneOrCopy
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Outputs are ingested on the server's 2 MiB blocking threads: the deepest accepted tree
+    /// must fit, and one level more is refused, not a stack overflow.
+    #[test]
+    fn ingest_takes_max_depth_on_a_small_stack_and_refuses_deeper() {
+        let t = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&t.path().join("cache")).unwrap();
+        let top = t.path().join("top");
+        let mut p = top.clone();
+        for _ in 0..MAX_INGEST_DEPTH {
+            p.push("a");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("f"), b"x").unwrap();
+        let (cache, top2) = (std::sync::Arc::new(cache), top.clone());
+        let c2 = cache.clone();
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                ingest_path(&c2, &top2, IngestOptions::default()).unwrap();
+                std::fs::create_dir(p.join("b")).unwrap();
+                let e = ingest_path(&c2, &top2, IngestOptions::default()).unwrap_err();
+                assert!(e.to_string().contains("levels deep"), "{e}");
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+    }
+}
