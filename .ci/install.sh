@@ -35,4 +35,17 @@ if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
     mkdir -p "$TOOLS"
     (cd "$TOOLS" && npm install --silent --no-audit --no-fund @bazel/buildifier >/dev/null)
 fi
+# The reliability suite (tests/reliability): its REAPI client needs grpcio in the tools venv,
+# its fuzz part cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1: no nightly needed).
+if ! "$TOOLS/venv/bin/python" -c 'import grpc' >/dev/null 2>&1; then
+    log "python venv with grpcio in $TOOLS/venv"
+    mkdir -p "$TOOLS"
+    python3 -m venv "$TOOLS/venv"
+    "$TOOLS/venv/bin/pip" install --quiet grpcio protobuf
+fi
+if ! cargo fuzz --help >/dev/null 2>&1; then
+    log "cargo install cargo-fuzz"
+    cargo install --quiet --locked cargo-fuzz
+fi
+command -v setpriv >/dev/null 2>&1 || log "warning: setpriv (util-linux) missing: the reliability race cannot run as a non-root owner"
 log "done"

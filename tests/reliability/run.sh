@@ -62,7 +62,10 @@ if ! cargo build --quiet --release --manifest-path "$root/rust/Cargo.toml" --bin
   exit 1
 fi
 cp "$root/rust/target/release/clonestage" "$bin/"
-mapfile -t cc_srcs < <(ls "$root"/cc/*.cc | grep -v -- '-darwin\.cc$')
+cc_srcs=()
+for f in "$root"/cc/*.cc; do
+  case "$f" in *-darwin.cc) ;; *) cc_srcs+=("$f") ;; esac
+done
 if ! "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$bin/clonestage-spawn" "${cc_srcs[@]}"; then
   say "reliability: setup: building clonestage-spawn failed"
   say "0 passed, 1 failed"
