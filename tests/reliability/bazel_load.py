@@ -39,7 +39,7 @@ cache = os.path.join(work, "cache")
 os.makedirs(cache, exist_ok=True)
 N = 24
 # Eviction pressure: the bound the server (EVICT=serve) or the gc loop (EVICT=gc) keeps.
-MAX_SIZE = os.environ.get("RELIABILITY_MAX_SIZE", "24M")
+MAX_SIZE = os.environ.get("RELIABILITY_MAX_SIZE", "4M")  # below one build's outputs
 EVICT = os.environ.get("RELIABILITY_EVICT", "gc")
 extra = [reapi.CONFIG["max_size_flag"], MAX_SIZE] if mode == "two" and EVICT == "serve" else []
 # One TCP port for every restart, so the address the launcher gave Bazel stays right.
@@ -250,7 +250,7 @@ def worker(idx):
     r = random.Random(seed + idx)
     t0 = time.time()
     while time.time() - t0 < amount:
-        nonce = "n%d" % r.randint(0, 3)  # shared by both bases: some builds hit the other's results
+        nonce = "n%d" % r.randint(0, 7)  # shared by both bases: some builds hit the other's results
         if r.random() < 0.5:
             bazel(ws, ob, ["clean"], log, 120)
         rc, wrong = build(ws, ob, nonce, log)

@@ -92,17 +92,22 @@ def escapes():
 def check_after(case, started):
     global seen_crash_lines
     stats["requests"] += 1
-    if not server.alive():
+    lines = server.crashes()
+    if server.alive() and len(lines) > seen_crash_lines:
+        try:  # a panic or an abort in the log: the process may be on its way out
+            server.proc.wait(3)
+        except Exception:
+            pass
         lines = server.crashes()
+    if not server.alive():
         finding("crashes", case, "server exited with %s; log: %s" % (
             server.proc.returncode, " | ".join(lines[seen_crash_lines:seen_crash_lines + 3])))
         seen_crash_lines = len(lines)
         restart(case)
-    else:
-        lines = server.crashes()
-        if len(lines) > seen_crash_lines:
-            finding("crashes", case, "panic in the log: " + lines[seen_crash_lines])
-            seen_crash_lines = len(lines)
+        seen_crash_lines = len(server.crashes())
+    elif len(lines) > seen_crash_lines:
+        finding("crashes", case, "panic in the log (server still up): " + lines[seen_crash_lines])
+        seen_crash_lines = len(lines)
     found = escapes()
     if found:
         finding("escapes", case, "created outside the root: %s" % found[:3])

@@ -18,7 +18,7 @@
 #   RELIABILITY_HOSTILE_SECONDS=45 RELIABILITY_RACE_ROUNDS=3 RELIABILITY_TWO_SECONDS=150
 #   RELIABILITY_SEED (one seed for every part), RELIABILITY_KEEP=1 (keep the work dir)
 #   RELIABILITY_EVICT=gc|serve: eviction pressure by a `clonestage gc` loop (default) or by
-#     `serve --max-size` (the server's own eviction); RELIABILITY_MAX_SIZE=24M
+#     `serve --max-size` (the server's own eviction); RELIABILITY_MAX_SIZE=4M
 #   RELIABILITY_PY: a python with grpcio [default: $CLONESTAGE_TOOLS/venv/bin/python]
 #   CLONESTAGE_TEST_EXT4: an ext4 mount for the race (CLONESTAGE_REQUIRE_FS=1: fail without it)
 # The flags the suite assumes of `clonestage serve` are in reapi.py's CONFIG, in one place.
