@@ -23,6 +23,7 @@ Usage: bazel_load.py CS SPAWN WORKDIR REPO kill N | two SECS
 import hashlib
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -151,7 +152,6 @@ def summary(log):
 
 def local_spawns(log):
     s = summary(log)
-    import re
     m = re.search(r"(\d+) local", s)
     return int(m.group(1)) if m else 0
 
@@ -227,7 +227,7 @@ if mode == "kill":
 stop = threading.Event()
 res = {"builds": 0, "failed": 0, "wrong": 0, "local": 0}
 lock = threading.Lock()
-gc_runs = [0, 0]  # runs, failures
+gc_runs = [0, 0, 0]  # runs, failures, blobs evicted
 
 
 def gc_loop():
@@ -235,6 +235,8 @@ def gc_loop():
         p = subprocess.run([cs, "--cache", cache, "gc", "--max-size", MAX_SIZE],
                            capture_output=True, text=True)
         gc_runs[0] += 1
+        m = re.search(r"evicted (\d+) blobs", p.stdout + p.stderr)
+        gc_runs[2] += int(m.group(1)) if m else 0
         if p.returncode:
             gc_runs[1] += 1
             if gc_runs[1] <= 3:
@@ -285,6 +287,6 @@ reapi.say("bazel two: %s: 2 output bases, %d builds in %d s with eviction to %s 
           "builds, %d wrong outputs, %d spawns run locally, verify %s, %d crashes, blobs now %s"
           % ("PASS" if bad == 0 and res["builds"] >= 2 else "FAIL", res["builds"], amount,
              MAX_SIZE, "serve --max-size" if EVICT == "serve" else "gc loop",
-             ", %d gc runs" % gc_runs[0] if EVICT == "gc" else "", res["failed"], res["wrong"],
+             ", %d gc runs evicted %d blobs" % (gc_runs[0], gc_runs[2]) if EVICT == "gc" else "", res["failed"], res["wrong"],
              res["local"], "clean" if ok else "FOUND CORRUPT BLOBS", len(crashes), size))
 sys.exit(0 if bad == 0 and res["builds"] >= 2 else 1)

@@ -397,6 +397,7 @@ class Server:
             except (OSError, ValueError):
                 pass
             time.sleep(0.02)
+        self.kill9()  # a server that never got ready must not linger (nor keep the cache's lock)
         return "not ready after %d s" % wait
 
     def alive(self):

@@ -35,7 +35,9 @@ fn env() -> &'static Env {
     })
 }
 
-const NAMES: &[&str] = &["a", "b", "sub", "up", "x", "d", "..", ".", "", "a/b", "n\0", "é"];
+const NAMES: &[&str] = &[
+    "a", "b", "sub", "up", "x", "d", "..", ".", "", "a/b", "n\0", "é",
+];
 const SEGS: &[&str] = &["..", "..", ".", "a", "b", "sub", "up", "x", "d", "", "/"];
 
 struct Input<'a>(&'a [u8]);
@@ -56,17 +58,31 @@ fn gen_dir(inp: &mut Input, depth: usize, cache: &Cache) -> Option<Digest> {
         match kind {
             0 if depth < 3 => {
                 let d = gen_dir(inp, depth + 1, cache)?;
-                dir.directories.push(DirectoryNode { name, digest: Some(d.to_proto()) });
+                dir.directories.push(DirectoryNode {
+                    name,
+                    digest: Some(d.to_proto()),
+                });
             }
             1 => {
                 let len = inp.byte()? % 6;
-                let target: Vec<&str> = (0..=len).map(|_| SEGS[inp.byte().unwrap_or(0) as usize % SEGS.len()]).collect();
-                dir.symlinks.push(SymlinkNode { name, target: target.join("/"), ..Default::default() });
+                let target: Vec<&str> = (0..=len)
+                    .map(|_| SEGS[inp.byte().unwrap_or(0) as usize % SEGS.len()])
+                    .collect();
+                dir.symlinks.push(SymlinkNode {
+                    name,
+                    target: target.join("/"),
+                    ..Default::default()
+                });
             }
             _ => {
                 let content = [inp.byte()?];
                 let d = cache.put_bytes(&content, None).ok()?;
-                dir.files.push(FileNode { name, digest: Some(d.to_proto()), is_executable: content[0] & 1 != 0, ..Default::default() });
+                dir.files.push(FileNode {
+                    name,
+                    digest: Some(d.to_proto()),
+                    is_executable: content[0] & 1 != 0,
+                    ..Default::default()
+                });
             }
         }
     }
@@ -114,7 +130,9 @@ fn resolve(root: &Path, rel: &[String], hops: &mut u32) -> Result<Vec<String>, S
 }
 
 fn walk(root: &Path, dir: &Path, rel: &mut Vec<String>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
         rel.push(name);
@@ -122,7 +140,11 @@ fn walk(root: &Path, dir: &Path, rel: &mut Vec<String>) {
         if ft.is_symlink() {
             let mut hops = 0;
             if let Err(why) = resolve(root, rel, &mut hops) {
-                panic!("staged symlink {} -> {:?} leads out of the root: {why}", rel.join("/"), std::fs::read_link(e.path()).unwrap());
+                panic!(
+                    "staged symlink {} -> {:?} leads out of the root: {why}",
+                    rel.join("/"),
+                    std::fs::read_link(e.path()).unwrap()
+                );
             }
         } else if ft.is_dir() {
             walk(root, &e.path(), rel);
@@ -134,10 +156,17 @@ fn walk(root: &Path, dir: &Path, rel: &mut Vec<String>) {
 fuzz_target!(|data: &[u8]| {
     let env = env();
     let mut inp = Input(data);
-    let Some(root) = gen_dir(&mut inp, 0, &env.cache) else { return };
+    let Some(root) = gen_dir(&mut inp, 0, &env.cache) else {
+        return;
+    };
     let n = env.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dest = env.dest_parent.join(format!("r{n}"));
-    let req = StageRequest { root, dest: dest.clone(), defer_bookkeeping: true, ..Default::default() };
+    let req = StageRequest {
+        root,
+        dest: dest.clone(),
+        defer_bookkeeping: true,
+        ..Default::default()
+    };
     match env.stager.stage(&req) {
         Ok(staged) => {
             walk(&dest, &dest, &mut Vec::new());

@@ -5,7 +5,9 @@
 //! or climbs above the root when its `..`s are counted from the directory holding it.
 #![no_main]
 
-use clonestage_engine::tree::{check_output_path, validate_directory, validate_name, SymlinkPolicy};
+use clonestage_engine::tree::{
+    check_output_path, validate_directory, validate_name, SymlinkPolicy,
+};
 use clonestage_engine::Digest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -25,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(parts) = check_output_path(p) {
             assert!(!p.starts_with('/'), "absolute output path {p:?} accepted");
             for c in parts {
-                assert!(validate_name(c).is_ok(), "output path {p:?} accepted with component {c:?}");
+                assert!(
+                    validate_name(c).is_ok(),
+                    "output path {p:?} accepted with component {c:?}"
+                );
             }
         }
     }
@@ -36,9 +41,16 @@ fuzz_target!(|data: &[u8]| {
     let depth = (flags >> 2) as usize % 4;
     let at: Vec<&str> = ["a", "b", "c"][..depth].to_vec();
     let digest = Digest::of_bytes(msg);
-    if validate_directory(&dir, &at.join("/"), &digest, policy).is_ok() && !policy.allow_escaping && !policy.allow_absolute {
+    if validate_directory(&dir, &at.join("/"), &digest, policy).is_ok()
+        && !policy.allow_escaping
+        && !policy.allow_absolute
+    {
         for s in &dir.symlinks {
-            assert!(!s.target.starts_with('/'), "absolute target {:?} accepted", s.target);
+            assert!(
+                !s.target.starts_with('/'),
+                "absolute target {:?} accepted",
+                s.target
+            );
             let mut level = depth as i64;
             for c in s.target.split('/') {
                 match c {
@@ -46,7 +58,11 @@ fuzz_target!(|data: &[u8]| {
                     ".." => level -= 1,
                     _ => level += 1,
                 }
-                assert!(level >= 0, "target {:?} at depth {depth} climbs out, accepted", s.target);
+                assert!(
+                    level >= 0,
+                    "target {:?} at depth {depth} climbs out, accepted",
+                    s.target
+                );
             }
         }
     }
