@@ -2,7 +2,7 @@
 checkout's launcher, which finds the server this script started and adds its address).
 
 A generated workspace of genrules whose outputs are known functions of their sources: 24
-files, a sha256 per pair, a chain through all of them, and a 2 MiB output per build. A nonce
+files, a sha256 per pair, a chain through all of them, and a 2 MiB output per nonce. A nonce
 (`--action_env`) drawn per build from a small set makes actions run again yet lets one output
 base hit results the other recorded.
 
@@ -65,7 +65,8 @@ def expected(nonce):
         chain = (hashlib.sha256(chain + out["pair%d.txt" % i]).hexdigest() + "  -\n").encode()
         out["chain%d.txt" % i] = chain
     big = b"".join(sources["src%d.txt" % i] for i in range(N))
-    out["big.bin"] = (big * (1 + (2 << 20) // len(big)))[:2 << 20]  # as the rule "big" makes it
+    # as the rule "big" makes it: 2 MiB per nonce, so that eviction has work to do
+    out["big.bin"] = (("%s\n" % nonce).encode() + big * (1 + (2 << 20) // len(big)))[:2 << 20]
     out["nonce.txt"] = ("%s\n" % nonce).encode()
     return out
 
@@ -98,7 +99,7 @@ def make_workspace(path):
                      'cmd = "cat $(SRCS) | sha256sum > $@")' % (i, prev, i, i))
     reps = 1 + (2 << 20) // sum(len(d) for d in sources.values())
     rules.append('genrule(name = "big", srcs = [%s], outs = ["big.bin"], '
-                 'cmd = "for i in $$(seq %d); do cat $(SRCS); done > $@.tmp; '
+                 'cmd = "(echo $$RELIABILITY_NONCE; for i in $$(seq %d); do cat $(SRCS); done) > $@.tmp; '
                  'head -c 2097152 $@.tmp > $@; rm $@.tmp")'
                  % (", ".join('"src%d.txt"' % i for i in range(N)), reps))
     rules.append('genrule(name = "nonce", outs = ["nonce.txt"], '
