@@ -26,7 +26,8 @@ CONFIG = {
     "serve": ["serve", "--jobs", "{jobs}", "--spawn", "{spawn}"],
     # appended to "serve" when a part asks for a size bound (the integrity slice's flag)
     "max_size_flag": "--max-size",
-    # `clonestage stop` (integrity slice); SIGTERM is used when it fails
+    # `clonestage stop` (integrity slice): not used yet; Server.stop() sends SIGTERM, which
+    # every version honours (drain, then exit)
     "stop": ["stop"],
     "socket": "server/clonestage.sock",
     "ready": "server/tcp-port",  # "<port>\n<pid>\n", written last at start
