@@ -35,11 +35,18 @@ if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
     mkdir -p "$TOOLS"
     (cd "$TOOLS" && npm install --silent --no-audit --no-fund @bazel/buildifier >/dev/null)
 fi
-# grpcio in a venv there: tests/transport's independent client (>= 1.57: the %-encoded
-# :authority that grpc-core sends on a unix socket).
-if ! "$TOOLS/venv/bin/python" -c 'import grpc' 2>/dev/null; then
-    log "pip install grpcio into $TOOLS/venv"
+# grpcio (and protobuf) in a venv there: the independent REAPI client of tests/transport
+# (>= 1.57: the %-encoded :authority grpc-core sends on a unix socket) and tests/reliability.
+if ! "$TOOLS/venv/bin/python" -c 'import grpc, google.protobuf' >/dev/null 2>&1; then
+    log "pip install grpcio protobuf into $TOOLS/venv"
+    mkdir -p "$TOOLS"
     python3 -m venv "$TOOLS/venv"
-    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' >/dev/null
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' 'protobuf>=4,<7' >/dev/null
 fi
+# The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
+if ! cargo fuzz --help >/dev/null 2>&1; then
+    log "cargo install cargo-fuzz"
+    cargo install --quiet --locked cargo-fuzz
+fi
+command -v setpriv >/dev/null 2>&1 || log "warning: setpriv (util-linux) missing: the other-uid tests cannot run"
 log "done"
