@@ -6,8 +6,9 @@
 //! the kernel would resolve it in the staged root: component by component from the link's own
 //! directory, following the tree's own symlinks (at most `MAX_HOPS` in a chain, like Linux's
 //! MAXSYMLINKS), and a `..` at the root is an escape. A link that dangles inside the tree is
-//! kept (the kernel answers ENOENT); what follows a missing component is checked lexically from
-//! there, so a link cannot dangle outside the root either. Chains longer than `MAX_HOPS` (loops)
+//! kept (the kernel answers ENOENT); what follows a missing component, or a file, is checked
+//! lexically from there, so a link cannot dangle outside the root either (an action may create
+//! the missing name, or replace the file, where it may write). Chains longer than `MAX_HOPS` (loops)
 //! are refused too.
 //!
 //! Work is bounded without recursion: the walk over the tree is an explicit stack that only
@@ -123,8 +124,10 @@ impl Walker<'_> {
                         }
                         todo.extend(t.rsplit('/').map(str::to_string));
                     } else {
-                        // A file (anything after it fails with ENOTDIR) or missing (ENOENT
-                        // unless the action creates it): what is left must stay inside.
+                        // A file or missing: the kernel answers ENOTDIR or ENOENT today, but
+                        // an action may create the missing name, or replace the file, in a
+                        // writable directory (the root, an output's parent): what is left
+                        // must stay inside either way.
                         let is_file = here
                             .files
                             .binary_search_by(|f| f.name.as_str().cmp(name))
@@ -135,9 +138,9 @@ impl Walker<'_> {
                                 "" | "." => {}
                                 ".." => {
                                     level -= 1;
-                                    if level < 0 && !is_file {
+                                    if level < 0 {
                                         return Err(
-                                            "dangles outside the root (it leaves the root once what is missing exists)"
+                                            "dangles outside the root (it leaves the root once what is missing, or a file on its way, is a directory)"
                                                 .into(),
                                         );
                                     }
