@@ -7,7 +7,7 @@ files, a sha256 per pair, a chain through all of them, and a 2 MiB output per no
 base hit results the other recorded.
 
   kill  N:    N builds, each with the server SIGKILLed at a random moment while it runs
-              actions, `clonestage verify` run on its cache (must be clean) and the server
+              actions (a work dir exists; then 0-0.8 s), `clonestage verify` run on its cache (must be clean) and the server
               restarted at once; that build must still pass (remote again, or local by
               --remote_local_fallback), the next one too, with correct outputs (part 1's
               Bazel share).
@@ -92,7 +92,7 @@ def make_workspace(path):
     rules = []
     for i in range(N):
         rules.append('genrule(name = "pair%d", srcs = ["src%d.txt", "src%d.txt"], '
-                     'outs = ["pair%d.txt"], cmd = "cat $(SRCS) | sha256sum > $@")'
+                     'outs = ["pair%d.txt"], cmd = "sleep 0.1; cat $(SRCS) | sha256sum > $@")'
                      % (i, i, (i + 1) % N, i))
         prev = ('":chain%d", ' % (i - 1)) if i else ""
         rules.append('genrule(name = "chain%d", srcs = [%s":pair%d"], outs = ["chain%d.txt"], '
@@ -178,15 +178,25 @@ if mode == "kill":
         fail_line("bazel kill", "the first build failed (exit %d, wrong %s); see %s" % (rc, wrong, log))
         failed_next += 1
     killed_failed = 0
-    for k in range(amount):
+    for k in range(2 * amount):  # a build that ends before its kill gets another try
+        if kills >= amount:
+            break
         nonce = "k%d-%s" % (k, rng.random())
         out_k = {}
         t = threading.Thread(target=lambda: out_k.update(r=build(ws, ob, nonce, log)))
         t.start()
-        time.sleep(rng.uniform(1.0, 4.0))
-        if server.alive():
+        # Kill while the server runs this build's actions: once a work dir exists, after a
+        # random delay; a build that ended first is not counted as killed under.
+        workdir = os.path.join(cache, "work")
+        deadline = time.time() + 120
+        while t.is_alive() and time.time() < deadline and not os.listdir(workdir):
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.8))
+        if server.alive() and t.is_alive():
             server.kill9()
             kills += 1
+        else:
+            reapi.say("bazel kill: build %d ended before its kill; another try" % (k + 1))
         # verify on the dead server's cache, then restart at once, as the launcher would for
         # the next command: this build goes on against the new server (or locally).
         ok, out = server.verify()
