@@ -41,8 +41,10 @@ os.makedirs(cache, exist_ok=True)
 N = 24
 # Eviction pressure: the bound the server (EVICT=serve) or the gc loop (EVICT=gc) keeps.
 MAX_SIZE = os.environ.get("RELIABILITY_MAX_SIZE", "4M")  # below one build's outputs
-EVICT = os.environ.get("RELIABILITY_EVICT", "gc")
-extra = [reapi.CONFIG["max_size_flag"], MAX_SIZE] if mode == "two" and EVICT == "serve" else []
+EVICT = os.environ.get("RELIABILITY_EVICT", "both")
+extra = []
+if mode == "two" and EVICT in ("serve", "both"):
+    extra = [reapi.CONFIG["max_size_flag"], MAX_SIZE, reapi.CONFIG["evict_every_flag"], "1"]
 # One TCP port for every restart, so the address the launcher gave Bazel stays right.
 _s = socket.socket()
 _s.bind(("127.0.0.1", 0))
@@ -281,7 +283,7 @@ def worker(idx):
 
 
 threads = [threading.Thread(target=worker, args=(i,)) for i in (1, 2)]
-if EVICT == "gc":
+if EVICT in ("gc", "both"):
     threads.append(threading.Thread(target=gc_loop, daemon=True))
 for t in threads:
     t.start()
@@ -297,7 +299,7 @@ bad = res["failed"] + res["wrong"] + len(crashes) + (0 if ok else 1)
 reapi.say("bazel two: %s: 2 output bases, %d builds in %d s with eviction to %s (%s%s): %d failed "
           "builds, %d wrong outputs, %d spawns run locally, verify %s, %d crashes, blobs now %s"
           % ("PASS" if bad == 0 and res["builds"] >= 2 else "FAIL", res["builds"], amount,
-             MAX_SIZE, "serve --max-size" if EVICT == "serve" else "gc loop",
-             ", %d gc runs evicted %d blobs" % (gc_runs[0], gc_runs[2]) if EVICT == "gc" else "", res["failed"], res["wrong"],
+             MAX_SIZE, {"serve": "serve --max-size", "gc": "gc loop"}.get(EVICT, "serve --max-size and a gc loop"),
+             ", %d gc runs evicted %d blobs" % (gc_runs[0], gc_runs[2]) if EVICT != "serve" else "", res["failed"], res["wrong"],
              res["local"], "clean" if ok else "FOUND CORRUPT BLOBS", len(crashes), size))
 sys.exit(0 if bad == 0 and res["builds"] >= 2 else 1)

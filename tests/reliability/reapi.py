@@ -26,6 +26,8 @@ CONFIG = {
     "serve": ["serve", "--jobs", "{jobs}", "--spawn", "{spawn}"],
     # appended to "serve" when a part asks for a size bound (the integrity slice's flag)
     "max_size_flag": "--max-size",
+    # how often the server's eviction looks (seconds), so a short run sees it work
+    "evict_every_flag": "--evict-every",
     # `clonestage stop` (integrity slice): not used yet; Server.stop() sends SIGTERM, which
     # every version honours (drain, then exit)
     "stop": ["stop"],
@@ -33,7 +35,8 @@ CONFIG = {
     "ready": "server/tcp-port",  # "<port>\n<pid>\n", written last at start
     # Bazel's grpc-java/grpc-core send no host name on unix sockets; until the transport fix
     # the server only accepts a host name, so the suite's own client sends "localhost".
-    "authority": os.environ.get("RELIABILITY_AUTHORITY", "localhost"),
+    # grpcio's own choice (the %-encoded socket path) unless told: the server accepts any
+    "authority": os.environ.get("RELIABILITY_AUTHORITY", ""),
 }
 
 # Log lines that mean the server died of a bug rather than of our SIGKILL.
@@ -213,8 +216,8 @@ class Client:
             "unix:" + socket_path,
             # A channel of its own: grpcio otherwise shares connections (and their reconnect
             # backoff after a kill) between channels to the same address.
-            options=[("grpc.default_authority", CONFIG["authority"]),
-                     ("grpc.use_local_subchannel_pool", 1),
+            options=([("grpc.default_authority", CONFIG["authority"])] if CONFIG["authority"] else [])
+            + [("grpc.use_local_subchannel_pool", 1),
                      ("grpc.max_receive_message_length", 64 << 20),
                      ("grpc.max_send_message_length", 64 << 20)])
         self.timeout = timeout

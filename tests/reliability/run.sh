@@ -17,8 +17,9 @@
 #   RELIABILITY_KILLS=50 RELIABILITY_BAZEL_KILLS=2 RELIABILITY_FUZZ_SECONDS=45 (per target)
 #   RELIABILITY_HOSTILE_SECONDS=45 RELIABILITY_RACE_ROUNDS=3 RELIABILITY_TWO_SECONDS=150
 #   RELIABILITY_SEED (one seed for every part), RELIABILITY_KEEP=1 (keep the work dir)
-#   RELIABILITY_EVICT=gc|serve: eviction pressure by a `clonestage gc` loop (default) or by
-#     `serve --max-size` (the server's own eviction); RELIABILITY_MAX_SIZE=4M
+#   RELIABILITY_EVICT=both|gc|serve: eviction pressure by `serve --max-size --evict-every 1`
+#     (the server's own eviction) and a `clonestage gc` loop beside it (default: both);
+#     RELIABILITY_MAX_SIZE=4M
 #   RELIABILITY_PY: a python with grpcio [default: $CLONESTAGE_TOOLS/venv/bin/python]
 #   CLONESTAGE_TEST_EXT4: an ext4 mount for the race (CLONESTAGE_REQUIRE_FS=1: fail without it)
 # The flags the suite assumes of `clonestage serve` are in reapi.py's CONFIG, in one place.

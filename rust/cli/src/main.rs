@@ -92,6 +92,9 @@ enum Cmd {
         /// filesystem, 64G)].
         #[arg(long, value_parser = commands::parse_size)]
         max_size: Option<u64>,
+        /// Seconds between two looks at the cache's size (each stats every blob) [default: 30].
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        evict_every: Option<u64>,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -192,6 +195,7 @@ fn main() -> ExitCode {
             max_tree_entries,
             max_tree_bytes,
             max_size,
+            evict_every,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -207,7 +211,7 @@ fn main() -> ExitCode {
                 max_bytes: max_tree_bytes,
             },
             max_size,
-            evict_every: None,
+            evict_every: evict_every.map(std::time::Duration::from_secs),
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address { tcp, bazelrc } => commands::address(&cache, tcp, bazelrc),
