@@ -97,14 +97,7 @@ async fn eviction_spares_a_running_actions_inputs_and_evicted_results_read_as_ab
         c.read_proto(out.digest.as_ref().unwrap()).await,
         b"pinned input\npinned input\n"
     );
-    assert!(c
-        .ac
-        .get_action_result(pb::GetActionResultRequest {
-            action_digest: Some(action.to_proto()),
-            ..Default::default()
-        })
-        .await
-        .is_ok());
+    assert!(c.cached_result(action).await.is_ok());
 
     // Idle now: the next check takes everything, the result's blobs too; the result then
     // reads as absent rather than pointing at blobs that are gone.
@@ -117,13 +110,7 @@ async fn eviction_spares_a_running_actions_inputs_and_evicted_results_read_as_ab
     assert_eq!(r.kept_pinned, 0, "{r:?}");
     let out_d = Digest::from_proto(out.digest.as_ref().unwrap()).unwrap();
     assert!(!cache.contains(&out_d));
-    let err =
-        c.ac.get_action_result(pb::GetActionResultRequest {
-            action_digest: Some(action.to_proto()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = c.cached_result(action).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     s.stop().await;
 }

@@ -355,13 +355,7 @@ async fn timeout_answers_deadline_exceeded_with_the_partial_result() {
         b"started\n"
     );
     // Not cached.
-    let err =
-        c.ac.get_action_result(pb::GetActionResultRequest {
-            action_digest: Some(action.to_proto()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = c.cached_result(action).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     s.idle().await;
     assert_eq!(
@@ -413,13 +407,7 @@ async fn action_cache_hits_skip_lookup_and_do_not_cache() {
     let (_, a) = c.execute(nc, false).await;
     let (_, b) = c.execute(nc, false).await;
     assert!(!a.cached_result && !b.cached_result);
-    let err =
-        c.ac.get_action_result(pb::GetActionResultRequest {
-            action_digest: Some(nc.to_proto()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = c.cached_result(nc).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
     // A failing action is reported with its exit code and not cached.
@@ -446,13 +434,7 @@ async fn action_cache_hits_skip_lookup_and_do_not_cache() {
         .unwrap()
         .blob_path(&out);
     std::fs::remove_file(blob).unwrap();
-    let err =
-        c.ac.get_action_result(pb::GetActionResultRequest {
-            action_digest: Some(action.to_proto()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = c.cached_result(action).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     s.idle().await;
 
@@ -493,14 +475,7 @@ async fn update_action_result_needs_its_blobs() {
     })
     .await
     .unwrap();
-    let got =
-        c.ac.get_action_result(pb::GetActionResultRequest {
-            action_digest: Some(action.to_proto()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = c.cached_result(action).await.unwrap();
     assert_eq!(got, result(present));
     s.stop().await;
 }

@@ -16,20 +16,6 @@ use tonic::Code;
 
 const INPUT: &[u8] = b"hello input\n";
 
-async fn input_root(c: &mut Clients) -> Digest {
-    let input = c.upload(&[INPUT.to_vec()]).await[0];
-    let pkg = pb::Directory {
-        files: vec![file("in.txt", input, false)],
-        ..Default::default()
-    };
-    let pkg_d = c.upload(&[encode(&pkg)]).await[0];
-    let root = pb::Directory {
-        directories: vec![dir("pkg", pkg_d)],
-        ..Default::default()
-    };
-    c.upload(&[encode(&root)]).await[0]
-}
-
 /// `wait_for FLAG` in the action's shell, bounded so a broken test cannot hang.
 fn wait(flag: &Path) -> String {
     format!(
@@ -71,15 +57,6 @@ fn code(resp: &pb::ExecuteResponse) -> i32 {
     resp.status.as_ref().map_or(0, |s| s.code)
 }
 
-async fn cached(c: &mut Clients, action: Digest) -> bool {
-    c.ac.get_action_result(pb::GetActionResultRequest {
-        action_digest: Some(action.to_proto()),
-        ..Default::default()
-    })
-    .await
-    .is_ok()
-}
-
 /// Whether this server stages by hardlink (otherwise the race cannot happen).
 fn hardlinks(cache: &Path) -> bool {
     clonestage_engine::stats::load(cache)
@@ -108,7 +85,7 @@ async fn a_written_shared_input_taints_every_action_that_held_it_in_any_order() 
         let mut c = s.clients().await;
         let flags = tempfile::tempdir().unwrap();
         let f = flags.path();
-        let root = input_root(&mut c).await;
+        let root = one_file_root(&mut c, INPUT).await;
         let (a_cmd, b_cmd) = match order {
             // A writes and ends (its check quarantines the inode) while B waits; then B reads
             // the written file and is checked: before the fix it found the cache path gone,
@@ -153,7 +130,7 @@ async fn a_written_shared_input_taints_every_action_that_held_it_in_any_order() 
                 // Asked now: its output has the input's bytes, so the AC entry stops being
                 // served (a blob gone) once A's write quarantines that blob.
                 assert!(
-                    cached(&mut c, b).await,
+                    c.cached_result(b).await.is_ok(),
                     "{order}: B's clean result is cached"
                 );
                 let out = &rb.result.as_ref().unwrap().output_files[0];
@@ -173,12 +150,12 @@ async fn a_written_shared_input_taints_every_action_that_held_it_in_any_order() 
         } else {
             assert_tainted(&format!("{order}: B (the reader)"), &rb);
             assert!(
-                !cached(&mut c, b).await,
+                c.cached_result(b).await.is_err(),
                 "{order}: B's result, built from the written input, was cached"
             );
         }
         assert_tainted(&format!("{order}: A (the writer)"), &ra);
-        assert!(!cached(&mut c, a).await, "{order}: A was cached");
+        assert!(c.cached_result(a).await.is_err(), "{order}: A was cached");
         // The written inode is out of service and counted once; the bytes can come back.
         // stats.json is rewritten in place by the server's flush: read it until it parses
         // with the figure (a read in the middle of a rewrite sees it empty).

@@ -248,6 +248,20 @@ impl Clients {
         self.read(&Digest::from_proto(d).unwrap()).await
     }
 
+    /// GetActionResult for `action` (no inlining): the cached result, or the RPC error.
+    pub async fn cached_result(
+        &mut self,
+        action: Digest,
+    ) -> Result<pb::ActionResult, tonic::Status> {
+        self.ac
+            .get_action_result(pb::GetActionResultRequest {
+                action_digest: Some(action.to_proto()),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
     /// Execute and follow the stream to the final operation; returns it and the response.
     pub async fn execute(
         &mut self,
@@ -340,6 +354,21 @@ pub async fn upload_action(
         ..Default::default()
     };
     c.upload(&[encode(&action)]).await[0]
+}
+
+/// Upload an input root holding one file, `pkg/in.txt` with `content`.
+pub async fn one_file_root(c: &mut Clients, content: &[u8]) -> Digest {
+    let input = c.upload(&[content.to_vec()]).await[0];
+    let pkg = pb::Directory {
+        files: vec![file("in.txt", input, false)],
+        ..Default::default()
+    };
+    let pkg_d = c.upload(&[encode(&pkg)]).await[0];
+    let root = pb::Directory {
+        directories: vec![dir("pkg", pkg_d)],
+        ..Default::default()
+    };
+    c.upload(&[encode(&root)]).await[0]
 }
 
 /// Upload an empty input root.
