@@ -324,6 +324,15 @@ test_starts_server_when_down_and_detaches_it() {
   check "serve.log has the server's output" grep -q "stub serve: pid" "$T/cache/launcher/serve.log"
 }
 
+# The cache holds every input and output that goes through it: a launcher that creates it
+# makes it 0700 at once, before any server opens (and tightens) it.
+test_a_cache_dir_the_launcher_creates_is_private() {
+  rm -rf "$T/cache"
+  launch build //x
+  check "exit 0" equals "$RC" 0
+  check "new cache dir is 0700" equals "$(mode_of "$T/cache")" 700
+}
+
 test_command_substitution_does_not_wait_for_server() {
   # The detached server must not hold the caller's stdout/stderr pipes open.
   local out start end
@@ -592,6 +601,7 @@ tests=(
   test_arguments_kept_verbatim
   test_exit_status_is_bazels
   test_starts_server_when_down_and_detaches_it
+  test_a_cache_dir_the_launcher_creates_is_private
   test_command_substitution_does_not_wait_for_server
   test_restart_after_server_died
   test_race_two_launches_start_one_server
