@@ -6,9 +6,10 @@
 //! the kernel would resolve it in the staged root: component by component from the link's own
 //! directory, following the tree's own symlinks (at most `MAX_HOPS` in a chain, like Linux's
 //! MAXSYMLINKS), and a `..` at the root is an escape. A link that dangles inside the tree is
-//! kept (the kernel answers ENOENT); what follows a missing component, or a file, is checked
-//! lexically from there, so a link cannot dangle outside the root either (an action may create
-//! the missing name, or replace the file, where it may write). Chains longer than `MAX_HOPS` (loops)
+//! kept (the kernel answers ENOENT), but what follows a missing component, or a file, is walked
+//! on as if it were a directory (an action may create the missing name, or replace the file,
+//! where it may write): names below it are taken as they are, and once `..`s climb back into
+//! the tree the walk resolves through it again, so a link cannot dangle outside the root either. Chains longer than `MAX_HOPS` (loops)
 //! are refused too.
 //!
 //! Work is bounded without recursion: the walk over the tree is an explicit stack that only
@@ -63,13 +64,25 @@ struct Level {
 }
 
 impl Walker<'_> {
-    /// Resolve `target` from the directory `chain` ends at. Returns the end and the shallowest
-    /// level (root = 0) the walk passed through.
-    fn walk(&mut self, chain: &[Level], target: &str) -> std::result::Result<(End, usize), String> {
+    /// Resolve `target` from the directory `chain` ends at. Returns the end, the shallowest
+    /// level (root = 0) the walk passed through, and whether it went below a name the tree
+    /// lacks (or a file) and came back up through it.
+    fn walk(
+        &mut self,
+        chain: &[Level],
+        target: &str,
+    ) -> std::result::Result<(End, usize, bool), String> {
         let mut at: Vec<Level> = chain.to_vec();
         let mut shallowest = at.len() - 1;
         // Components still to walk, last first.
         let mut todo: Vec<String> = target.rsplit('/').map(str::to_string).collect();
+        // Names walked below a name the tree lacks, or below a file: the kernel answers ENOENT
+        // or ENOTDIR today, but an action may create the missing name, or replace the file, where
+        // it can write (the root, an output's parent). So they are kept as they are, a `..`
+        // takes one back off, and once none is left the walk is back in the tree and resolves
+        // through it again (following the tree's own symlinks) as the kernel then would.
+        let mut virt: Vec<String> = Vec::new();
+        let (mut through_virt, mut came_back) = (false, false);
         let mut hops = 1u32;
         while let Some(c) = todo.pop() {
             if self.steps_left == 0 {
@@ -79,15 +92,22 @@ impl Walker<'_> {
             match c.as_str() {
                 "" | "." => {}
                 ".." => {
+                    if virt.pop().is_some() {
+                        came_back = true;
+                        continue;
+                    }
                     if at.len() == 1 {
-                        return Err(
+                        return Err(if through_virt {
+                            "dangles outside the root (it leaves the root once what is missing, or a file on its way, is a directory)"
+                        } else {
                             "resolves, through the tree's own symlinks, to a path that leaves the root"
-                                .into(),
-                        );
+                        }
+                        .into());
                     }
                     at.pop();
                     shallowest = shallowest.min(at.len() - 1);
                 }
+                name if !virt.is_empty() => virt.push(name.to_string()),
                 name => {
                     let here = at.last().expect("the root stays").dir.clone();
                     if let Ok(i) = here
@@ -118,59 +138,35 @@ impl Walker<'_> {
                         let t = &here.symlinks[i].target;
                         if t.starts_with('/') {
                             if self.policy.allow_absolute {
-                                return Ok((End::NotDir, shallowest));
+                                return Ok((End::NotDir, shallowest, came_back));
                             }
                             return Err(format!("goes through '{name}', an absolute symlink"));
                         }
                         todo.extend(t.rsplit('/').map(str::to_string));
                     } else {
-                        // A file or missing: the kernel answers ENOTDIR or ENOENT today, but
-                        // an action may create the missing name, or replace the file, in a
-                        // writable directory (the root, an output's parent): what is left
-                        // must stay inside either way.
                         let is_file = here
                             .files
                             .binary_search_by(|f| f.name.as_str().cmp(name))
                             .is_ok();
-                        let mut level = at.len() as i64; // below `name`
-                        for rest in todo.iter().rev() {
-                            match rest.as_str() {
-                                "" | "." => {}
-                                ".." => {
-                                    level -= 1;
-                                    if level < 0 {
-                                        return Err(
-                                            "dangles outside the root (it leaves the root once what is missing, or a file on its way, is a directory)"
-                                                .into(),
-                                        );
-                                    }
-                                    shallowest = shallowest.min(level.max(0) as usize);
-                                }
-                                _ => level += 1,
-                            }
+                        if is_file && todo.iter().all(|c| c.is_empty() || c == ".") {
+                            return Ok((End::NotDir, shallowest, came_back));
                         }
-                        if is_file {
-                            return Ok((End::NotDir, shallowest));
-                        }
-                        todo.reverse();
-                        let mut missing = vec![name.to_string()];
-                        missing.extend(todo);
-                        let at_names = at.iter().skip(1).map(|l| l.name.clone()).collect();
-                        return Ok((
-                            End::Missing {
-                                at: at_names,
-                                missing,
-                            },
-                            shallowest,
-                        ));
+                        through_virt = true;
+                        virt.push(name.to_string());
                     }
                 }
             }
         }
-        Ok((
-            End::Dir(at.iter().skip(1).map(|l| l.name.clone()).collect()),
-            shallowest,
-        ))
+        let names = at.iter().skip(1).map(|l| l.name.clone()).collect();
+        let end = if virt.is_empty() {
+            End::Dir(names)
+        } else {
+            End::Missing {
+                at: names,
+                missing: virt,
+            }
+        };
+        Ok((end, shallowest, came_back))
     }
 }
 
@@ -219,7 +215,7 @@ pub(crate) fn check(
                 // Allowed by the policy (or refused already by the lexical check).
                 continue;
             }
-            let (_, reached) = w.walk(chain, &s.target).map_err(|r| {
+            let (_, reached, _) = w.walk(chain, &s.target).map_err(|r| {
                 let path: Vec<&str> = chain.iter().skip(1).map(|l| l.name.as_str()).collect();
                 let path = path.join("/");
                 Error::InvalidTree {
@@ -310,25 +306,20 @@ pub(crate) fn resolve_dir(
         name: String::new(),
     }];
     let bad = |r: String| Error::InvalidArgument(format!("{what} '{rel}': {r}"));
-    match w.walk(&chain, rel).map_err(bad)? {
-        (End::Dir(names), _) => Ok(names.join("/")),
-        (End::NotDir, _) => Err(bad("is not a directory of the input tree".into())),
-        (End::Missing { at, missing }, _) => {
-            // Parts the tree lacks are created (as output parents); a `..` among them would
-            // climb back through a directory that does not exist yet.
-            let mut parts = at;
-            for m in missing {
-                match m.as_str() {
-                    "" | "." => {}
-                    ".." => {
-                        return Err(bad(
-                            "goes through a path the input tree does not hold and back".into(),
-                        ))
-                    }
-                    _ => parts.push(m),
-                }
-            }
-            Ok(parts.join("/"))
+    let (end, _, came_back) = w.walk(&chain, rel).map_err(bad)?;
+    if came_back {
+        // The parts the tree lacks are created (as output parents): a `..` among them would
+        // climb back through a directory that does not exist yet.
+        return Err(bad(
+            "goes through a path the input tree does not hold and back".into(),
+        ));
+    }
+    match end {
+        End::Dir(names) => Ok(names.join("/")),
+        End::NotDir => Err(bad("is not a directory of the input tree".into())),
+        End::Missing { mut at, missing } => {
+            at.extend(missing);
+            Ok(at.join("/"))
         }
     }
 }

@@ -203,6 +203,9 @@ fn a_symlink_chain_that_leaves_the_root_through_the_trees_own_links_is_refused()
         // Through a file: ENOTDIR today, an escape once the file is replaced by a directory
         // (found by the stage_tree fuzz target: `sub -> up/..` with `up` a file).
         ("sub/up/f/../..", "dangles outside the root", false),
+        // Back into the tree below a missing name, then through a link of the tree (found by
+        // the stage_tree fuzz target: `up -> b`, `b -> ./a/../.`, `sub -> ./b/a/../up/..`).
+        ("missing/../sub/up/..", "dangles outside the root", false),
         ("loop", "more than 40 symlinks", true),
     ] {
         let mut links = vec![link("x", target)];
