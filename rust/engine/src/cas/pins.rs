@@ -12,11 +12,14 @@
 //!   action's inputs stay); a pool of ready subtrees would hold one guard per subtree while it
 //!   is in the pool; an upload queue one guard per queued blob until it is uploaded. Neither
 //!   needs anything else from gc.
-//! - Cost: the first pin of a digest in a process takes `gc.lock` shared and rewrites the
-//!   process's pin file; a digest already listed costs a mutex and a counter.
+//! - Cost: pinning a digest no guard holds takes `gc.lock` shared (and rewrites the process's
+//!   pin file unless it lists the digest already); one some guard holds costs a mutex and a
+//!   counter.
 //! - A guard dropped leaves its digest listed in the pin file until this process pins something
 //!   new or exits: other processes' gc keeps it that much longer; this process's own gc sees the
-//!   exact in-memory counts.
+//!   exact in-memory counts (so pinning a digest no guard holds always takes `gc.lock`).
+//! - Lock order, in every process and thread: `gc.lock` first, then the table's mutex (`pin`
+//!   registers that way; `gc` holds `gc.lock` exclusively while it reads the table).
 //!
 //! How: each process owns one file `pins/<pid>-<nanos>`, flock'ed exclusively for its lifetime
 //! and rewritten in place with the digests it pins. `gc` takes `gc.lock` exclusively, and reads
@@ -43,8 +46,6 @@ struct Inner {
     /// What the pin file lists now (a superset of `counts`' keys).
     listed: std::collections::HashSet<Digest>,
     file: Option<(File, PathBuf)>,
-    /// `gc.lock`, opened on first need and kept open.
-    gc_lock: Option<File>,
 }
 
 /// Unpins its root when dropped.
@@ -116,7 +117,6 @@ impl PinTable {
                 counts: HashMap::new(),
                 listed: Default::default(),
                 file: None,
-                gc_lock: None,
             }),
         }
     }
@@ -126,25 +126,30 @@ impl PinTable {
             table: this.clone(),
             root,
         };
+        {
+            let mut inner = this.inner.lock().unwrap();
+            if let Some(n) = inner.counts.get_mut(&root) {
+                // Pinned already: every gc keeps it (this process's reads `counts`, others
+                // our pin file), so no lock and no write.
+                *n += 1;
+                return Ok(guard);
+            }
+        }
+        // Register under a shared gc.lock, taken before `inner` as gc takes its exclusive one
+        // before reading `inner` (`all_pinned`): the other order deadlocks a stage against
+        // this process's own eviction. The lock is this call's own open file (flock belongs
+        // to the open file), released when it closes.
+        let lock = open_lock(gc_lock)?;
+        flock(&lock, libc::LOCK_SH).ctx("flock", gc_lock)?;
         let mut inner = this.inner.lock().unwrap();
-        let n = inner.counts.entry(root).or_insert(0);
-        *n += 1;
-        if inner.listed.contains(&root) {
-            // Already in our pin file, which every gc reads: no lock, no write.
-            return Ok(guard);
-        }
-        // Register under a shared gc.lock (on an fd kept open; its lock is taken and
-        // released while `inner` is held, so threads never share or drop each other's lock).
-        if inner.gc_lock.is_none() {
-            inner.gc_lock = Some(open_lock(gc_lock)?);
-        }
-        let lock = inner.gc_lock.as_ref().expect("opened above");
-        flock(lock, libc::LOCK_SH).ctx("flock", gc_lock)?;
-        let r = Self::register(this, &mut inner);
-        if let Some(lock) = inner.gc_lock.as_ref() {
-            let _ = flock(lock, libc::LOCK_UN);
-        }
+        *inner.counts.entry(root).or_insert(0) += 1;
+        let r = if inner.listed.contains(&root) {
+            Ok(()) // still in the pin file from an earlier pin, or listed by another thread
+        } else {
+            Self::register(this, &mut inner)
+        };
         drop(inner); // before `guard` can drop (on error), which takes the lock again
+        drop(lock);
         r.map(|()| guard)
     }
 

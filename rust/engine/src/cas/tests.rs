@@ -143,6 +143,55 @@ fn eviction_never_removes_a_pinned_blob_even_from_another_process() {
     }
 }
 
+/// Regression (issue 10's reliability suite, two output bases under `serve --max-size`): a
+/// stage pinning a new root took the pin table's mutex, then `gc.lock` shared; the server's own
+/// eviction took `gc.lock` exclusively, then the mutex. Both waited forever, and so did Bazel.
+#[test]
+fn pins_and_gc_in_one_process_never_deadlock() {
+    let (_t, c) = cache();
+    let c = std::sync::Arc::new(c);
+    let roots: Vec<Digest> = (0..400u32)
+        .map(|i| {
+            let d = c.put_bytes(&i.to_le_bytes(), None).unwrap();
+            root_with(&c, &[d])
+        })
+        .collect();
+    let (done, finished) = std::sync::mpsc::channel();
+    let mut workers = Vec::new();
+    for part in roots.chunks(200) {
+        let (c, part, done) = (c.clone(), part.to_vec(), done.clone());
+        workers.push(std::thread::spawn(move || {
+            for r in &part {
+                drop(c.pin(r).unwrap());
+            }
+            done.send(()).unwrap();
+        }));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gc = {
+        let (c, stop, done) = (c.clone(), stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.gc(u64::MAX).unwrap();
+            }
+            done.send(()).unwrap();
+        })
+    };
+    for _ in 0..2 {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("pinning threads stuck: a lock-order deadlock with gc");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("gc stuck");
+    for w in workers {
+        w.join().unwrap();
+    }
+    gc.join().unwrap();
+}
+
 #[test]
 fn eviction_is_least_recently_used_first() {
     let (_t, c) = cache();
