@@ -8,7 +8,6 @@ mod common;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::{Cache, Digest};
 use common::*;
-use std::path::Path;
 use std::time::{Duration, Instant};
 use tonic::Code;
 
@@ -24,18 +23,6 @@ async fn start(max_size: u64, every: Duration) -> TestServer {
     TestServer {
         dir,
         handle: Some(handle),
-    }
-}
-
-async fn wait_file(p: &Path) {
-    let t0 = Instant::now();
-    while !p.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{} never appeared",
-            p.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -41,18 +41,6 @@ async fn touch_when(flag: &Path) {
     std::fs::write(flag, b"").unwrap();
 }
 
-async fn wait_file(p: &Path) {
-    let t0 = std::time::Instant::now();
-    while !p.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{} never appeared",
-            p.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn code(resp: &pb::ExecuteResponse) -> i32 {
     resp.status.as_ref().map_or(0, |s| s.code)
 }

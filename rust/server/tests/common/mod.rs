@@ -356,6 +356,20 @@ pub async fn upload_action(
     c.upload(&[encode(&action)]).await[0]
 }
 
+/// Wait (up to 20 s, else fail) for an action to create `p`: how tests see an action reach a
+/// point.
+pub async fn wait_file(p: &Path) {
+    let t0 = std::time::Instant::now();
+    while !p.exists() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "{} never appeared",
+            p.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Upload an input root holding one file, `pkg/in.txt` with `content`.
 pub async fn one_file_root(c: &mut Clients, content: &[u8]) -> Digest {
     let input = c.upload(&[content.to_vec()]).await[0];
