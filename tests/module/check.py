@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Static check of the clonestage Bazel module: would it load as a dependency?
+
+Contract: `python3 tests/module/check.py [ROOT]` (ROOT defaults to this
+checkout) reads the tree, runs no Bazel, needs no network, and exits 0 when
+every check passes, 1 with one line per problem otherwise (2 on bad usage).
+It is cheap (well under a second) and is one step of tests/run.sh.
+
+Why: Bazel 4.2.3 (the only Bazel here) never loads the module as a bzlmod
+dependency, so the ways it breaks for consumers on Bazel 7/8/9 must be caught
+by reading. Checks:
+
+1. ignored labels: no label that the module's files reference (MODULE.bazel,
+   BUILD files and .bzl files of the main repository outside ignored or nested
+   workspaces, the `@clonestage//` targets of .bcr/presubmit.yml) lies under a
+   path of .bazelignore. Bazel applies an external repository's .bazelignore
+   too, so such a package is "no such package" for every consumer. Each
+   label's package must also exist (a BUILD file, not inside a nested
+   workspace) and a file target must not cross into a subpackage.
+2. crate universe name: every `crate.from_cargo`/`from_specs` of rules_rust's
+   crate_universe extension names its hub, and not `crates` (rules_rust's
+   default): the extension sees all modules' tags together and fails with
+   "Defined two crate universes with the same name" for a user with their own.
+3. empty globs: a `glob()` in a BUILD file that matches nothing in the tree
+   says `allow_empty = True` (Bazel 8 defaults
+   --incompatible_disallow_empty_glob).
+4. visible repositories: every `@repo//` label in those files names a
+   repository the module can see as a dependency: a non-dev `bazel_dep`, a
+   `use_repo` name, `bazel_tools` or the module itself. A dev_dependency (such
+   as googletest) is invisible when the module is not the root, so
+   `@clonestage//...` would fail for consumers.
+5. one version: MODULE.bazel's module version equals the Cargo workspace
+   members' versions (rust/*/Cargo.toml, through [workspace.package]),
+   rust/BUILD.bazel's VERSION, and tools/bazel's `cs_version=` line when that
+   line exists (it is reported, not failed, when absent).
+"""
+
+import ast
+import fnmatch
+import os
+import re
+import sys
+import tomllib
+
+DEFAULT_CRATE_UNIVERSE = "crates"
+MODULE_NAME = "clonestage"
+REPO_MARKERS = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel", "REPO.bazel")
+BUILD_NAMES = ("BUILD.bazel", "BUILD")
+# A label in a string literal: //pkg, //pkg:name, :name, @clonestage//..., @//...
+LABEL_RE = re.compile(r'^(?:@@?(?P<repo>[A-Za-z0-9_.~+-]*))?(?P<abs>//)(?P<pkg>[^:]*)(?::(?P<name>.+))?$')
+
+
+class Checker:
+    def __init__(self, root):
+        self.root = os.path.abspath(root)
+        self.problems = []
+        self.notes = []
+        self.ignored = self._read_bazelignore()
+
+    # ---- helpers -------------------------------------------------------
+    def problem(self, where, text):
+        self.problems.append(f"{where}: {text}")
+
+    def rel(self, path):
+        return os.path.relpath(path, self.root)
+
+    def _read_bazelignore(self):
+        path = os.path.join(self.root, ".bazelignore")
+        prefixes = []
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    line = line.rstrip("\n")
+                    # Bazel: whole-line comments only, no wildcards, paths from the root.
+                    if line and not line.startswith("#"):
+                        prefixes.append(line.strip("/"))
+        return prefixes
+
+    def ignored_prefix(self, relpath):
+        for prefix in self.ignored:
+            if relpath == prefix or relpath.startswith(prefix + "/"):
+                return prefix
+        return None
+
+    def nested_repo(self, reldir):
+        """The nested workspace (a directory with its own WORKSPACE etc.) holding reldir, if any."""
+        parts = [p for p in reldir.split("/") if p and p != "."]
+        for i in range(1, len(parts) + 1):
+            d = os.path.join(self.root, *parts[:i])
+            if any(os.path.isfile(os.path.join(d, m)) for m in REPO_MARKERS):
+                return "/".join(parts[:i])
+        return None
+
+    def has_build(self, reldir):
+        d = os.path.join(self.root, reldir)
+        return any(os.path.isfile(os.path.join(d, b)) for b in BUILD_NAMES)
+
+    def module_files(self):
+        """MODULE.bazel and the main repository's BUILD/.bzl files a consumer can load."""
+        files = []
+        if os.path.isfile(os.path.join(self.root, "MODULE.bazel")):
+            files.append("MODULE.bazel")
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            rel = self.rel(dirpath)
+            rel = "" if rel == "." else rel
+            keep = []
+            for d in sorted(dirnames):
+                sub = f"{rel}/{d}" if rel else d
+                if d.startswith(".") or d.startswith("bazel-"):
+                    continue
+                if self.ignored_prefix(sub) or self.nested_repo(sub):
+                    continue
+                keep.append(d)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                if name in BUILD_NAMES or name.endswith(".bzl"):
+                    files.append(f"{rel}/{name}" if rel else name)
+        return files
+
+    # ---- 1. labels -----------------------------------------------------
+    def string_literals(self, relfile):
+        with open(os.path.join(self.root, relfile), encoding="utf-8") as f:
+            text = f.read()
+        try:
+            tree = ast.parse(text, filename=relfile)
+        except SyntaxError as e:
+            self.problem(relfile, f"cannot parse as Starlark: {e}")
+            return []
+        return [(n.value, n.lineno) for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+    def visible_repos(self):
+        """(non-dev repos, dev-only repos) of MODULE.bazel as a consumer sees them."""
+        if hasattr(self, "_visible"):
+            return self._visible
+        visible, dev = {"bazel_tools", MODULE_NAME, ""}, set()
+        path = os.path.join(self.root, "MODULE.bazel")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename="MODULE.bazel")
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                fn = getattr(node.func, "id", None)
+                kw = {k.arg: k.value for k in node.keywords}
+                is_dev = isinstance(kw.get("dev_dependency"), ast.Constant) and kw["dev_dependency"].value is True
+                if fn == "bazel_dep" and isinstance(kw.get("name"), ast.Constant):
+                    name = kw["repo_name"].value if isinstance(kw.get("repo_name"), ast.Constant) else kw["name"].value
+                    (dev if is_dev else visible).add(name)
+                elif fn == "use_repo":
+                    names = {a.value for a in node.args[1:] if isinstance(a, ast.Constant)}
+                    names |= set(kw)  # use_repo(ext, alias = "name")
+                    visible |= names
+        self._visible = (visible, dev - visible)
+        return self._visible
+
+    def check_label(self, where, label, own_package, check_repo=True):
+        m = LABEL_RE.match(label)
+        if m:
+            repo = m.group("repo")
+            if repo not in (None, "", MODULE_NAME):
+                visible, dev = self.visible_repos()
+                if check_repo and label.startswith("@") and not label.startswith("@@") and repo not in visible:
+                    why = ("a dev_dependency, invisible when clonestage is not the root module"
+                           if repo in dev else "not a bazel_dep or use_repo of MODULE.bazel")
+                    self.problem(where, f"label {label!r}: repository @{repo} is {why}")
+                return  # another repository's label
+            pkg, name = m.group("pkg"), m.group("name")
+        elif label.startswith(":") and own_package is not None:
+            pkg, name = own_package, label[1:]
+        else:
+            return
+        if pkg in ("visibility", "conditions"):
+            return  # //visibility:public, //conditions:default are built into Bazel
+        if name is None:
+            name = pkg.rsplit("/", 1)[-1]
+        if any(c in pkg for c in " \n\t") or pkg.endswith("..."):
+            return  # a target pattern or prose, not a label
+        prefix = self.ignored_prefix(pkg)
+        if prefix is not None:
+            self.problem(where, f"label {label!r} is in package '{pkg}', under '{prefix}' of "
+                         ".bazelignore (Bazel applies it to the module as a dependency: "
+                         "'no such package' for every consumer)")
+            return
+        nested = self.nested_repo(pkg)
+        if nested is not None:
+            self.problem(where, f"label {label!r} is in package '{pkg}', inside the nested "
+                         f"workspace '{nested}', not the module's repository")
+            return
+        if not self.has_build(pkg):
+            self.problem(where, f"label {label!r}: no BUILD file in '{pkg or '.'}' (no such package)")
+            return
+        # A file target must not cross into a subpackage (//rust:cli/Cargo.toml is
+        # invalid once rust/cli has a BUILD file).
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            sub = "/".join(([pkg] if pkg else []) + parts[:i])
+            if self.has_build(sub):
+                self.problem(where, f"label {label!r} crosses into the subpackage '{sub}'")
+                return
+        file_ignored = self.ignored_prefix(f"{pkg}/{name}" if pkg else name)
+        if file_ignored is not None:
+            self.problem(where, f"label {label!r} names a file under '{file_ignored}' of .bazelignore")
+
+    def package_of(self, relfile):
+        if os.path.basename(relfile) in BUILD_NAMES:
+            d = os.path.dirname(relfile)
+            return d
+        return None  # .bzl and MODULE.bazel: relative labels resolve elsewhere
+
+    def check_labels(self):
+        for relfile in self.module_files():
+            pkg = self.package_of(relfile)
+            for value, line in self.string_literals(relfile):
+                if value.startswith(("//", "@", ":")):
+                    # MODULE.bazel names its repositories' extension files (@rules_rust//...)
+                    # before they are visible; only BUILD and .bzl labels are checked for that.
+                    self.check_label(f"{relfile}:{line}", value, pkg,
+                                     check_repo=relfile != "MODULE.bazel")
+        presubmit = os.path.join(self.root, ".bcr", "presubmit.yml")
+        if os.path.isfile(presubmit):
+            with open(presubmit, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    for label in re.findall(r'["\']?(@@?' + MODULE_NAME + r'//[^"\'\s]*)', line):
+                        self.check_label(f".bcr/presubmit.yml:{n}", label, None)
+
+    # ---- 2. crate universe name ----------------------------------------
+    def check_crate_universe(self):
+        path = os.path.join(self.root, "MODULE.bazel")
+        if not os.path.isfile(path):
+            self.problem("MODULE.bazel", "missing")
+            return
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename="MODULE.bazel")
+        extension_vars = set()
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and getattr(node.value.func, "id", None) == "use_extension"
+                    and node.value.args
+                    and isinstance(node.value.args[0], ast.Constant)
+                    and "crate_universe" in str(node.value.args[0].value)):
+                extension_vars.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in extension_vars
+                    and node.func.attr in ("from_cargo", "from_specs")):
+                continue
+            names = [k.value.value for k in node.keywords
+                     if k.arg == "name" and isinstance(k.value, ast.Constant)]
+            name = names[0] if names else DEFAULT_CRATE_UNIVERSE
+            if name == DEFAULT_CRATE_UNIVERSE:
+                how = "is" if names else "defaults to"
+                self.problem(f"MODULE.bazel:{node.lineno}",
+                             f"crate universe name {how} rules_rust's default {name!r}: a user "
+                             "with their own @crates fails with \"Defined two crate universes "
+                             "with the same name\"; give it a name of its own")
+
+    # ---- 3. empty globs --------------------------------------------------
+    def package_files(self, pkg):
+        """Files of package pkg (relative to it), not descending into subpackages,
+        nested workspaces or ignored directories, as Bazel's glob does."""
+        base = os.path.join(self.root, pkg)
+        out = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel = os.path.relpath(dirpath, base)
+            rel = "" if rel == "." else rel
+            keep = []
+            for d in dirnames:
+                sub_rel = f"{rel}/{d}" if rel else d
+                sub_root_rel = f"{pkg}/{sub_rel}" if pkg else sub_rel
+                if self.has_build(sub_root_rel) or self.ignored_prefix(sub_root_rel):
+                    continue
+                if any(os.path.isfile(os.path.join(dirpath, d, m)) for m in REPO_MARKERS):
+                    continue
+                keep.append(d)
+            dirnames[:] = keep
+            out.extend(f"{rel}/{n}" if rel else n for n in filenames)
+        return out
+
+    @staticmethod
+    def glob_match(pattern, path):
+        pp, sp = pattern.split("/"), path.split("/")
+
+        def rec(i, j):
+            if i == len(pp):
+                return j == len(sp)
+            if pp[i] == "**":
+                return any(rec(i + 1, k) for k in range(j, len(sp) + 1))
+            return j < len(sp) and fnmatch.fnmatchcase(sp[j], pp[i]) and rec(i + 1, j + 1)
+
+        return rec(0, 0)
+
+    def check_globs(self):
+        for relfile in self.module_files():
+            if os.path.basename(relfile) not in BUILD_NAMES:
+                continue
+            pkg = os.path.dirname(relfile)
+            with open(os.path.join(self.root, relfile), encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=relfile)
+            files = None
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "glob"):
+                    continue
+                kw = {k.arg: k.value for k in node.keywords}
+                allow = kw.get("allow_empty")
+                if isinstance(allow, ast.Constant) and allow.value is True:
+                    continue
+                include = node.args[0] if node.args else kw.get("include")
+                exclude = kw.get("exclude")
+                try:
+                    inc = ast.literal_eval(include) if include is not None else []
+                    exc = ast.literal_eval(exclude) if exclude is not None else []
+                except ValueError:
+                    self.notes.append(f"{relfile}:{node.lineno}: glob with computed patterns not checked")
+                    continue
+                if files is None:
+                    files = self.package_files(pkg)
+                matched = [p for p in files
+                           if any(self.glob_match(i, p) for i in inc)
+                           and not any(self.glob_match(e, p) for e in exc)]
+                if not matched:
+                    self.problem(f"{relfile}:{node.lineno}",
+                                 f"glob({inc}, exclude = {exc}) matches nothing and lacks "
+                                 "allow_empty = True (an error under Bazel 8's default "
+                                 "--incompatible_disallow_empty_glob)")
+
+    # ---- 4. versions -----------------------------------------------------
+    def check_versions(self):
+        versions = {}
+        with open(os.path.join(self.root, "MODULE.bazel"), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename="MODULE.bazel")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "module":
+                for k in node.keywords:
+                    if k.arg == "version" and isinstance(k.value, ast.Constant):
+                        versions["MODULE.bazel module(version)"] = k.value.value
+        cargo_root = os.path.join(self.root, "rust", "Cargo.toml")
+        with open(cargo_root, "rb") as f:
+            ws = tomllib.load(f)["workspace"]
+        ws_version = ws.get("package", {}).get("version")
+        for member in ws.get("members", []):
+            manifest = os.path.join(self.root, "rust", member, "Cargo.toml")
+            with open(manifest, "rb") as f:
+                v = tomllib.load(f)["package"].get("version")
+            if isinstance(v, dict) and v.get("workspace"):
+                v = ws_version
+            versions[f"rust/{member}/Cargo.toml"] = v
+        build = os.path.join(self.root, "rust", "BUILD.bazel")
+        if os.path.isfile(build):
+            with open(build, encoding="utf-8") as f:
+                m = re.search(r'^VERSION = "([^"]+)"', f.read(), re.M)
+            if m:
+                versions["rust/BUILD.bazel VERSION"] = m.group(1)
+        launcher = os.path.join(self.root, "tools", "bazel")
+        found = None
+        if os.path.isfile(launcher):
+            with open(launcher, encoding="utf-8", errors="replace") as f:
+                m = re.search(r'^\s*(?:readonly\s+)?cs_version=["\']?([^"\'\s]+)', f.read(), re.M)
+            found = m.group(1) if m else None
+        if found is None:
+            self.notes.append("tools/bazel has no cs_version= line yet: its version is not checked")
+        else:
+            versions["tools/bazel cs_version"] = found
+        if len(set(versions.values())) > 1:
+            listing = ", ".join(f"{k} = {v}" for k, v in versions.items())
+            self.problem("version", f"differs between files: {listing}")
+
+    def run(self):
+        self.check_labels()
+        self.check_crate_universe()
+        self.check_globs()
+        self.check_versions()
+        return self.problems
+
+
+def main(argv):
+    if len(argv) > 2:
+        print("usage: check.py [ROOT]", file=sys.stderr)
+        return 2
+    root = argv[1] if len(argv) == 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    checker = Checker(root)
+    problems = checker.run()
+    for note in checker.notes:
+        print(f"note: {note}")
+    for p in problems:
+        print(f"FAIL {p}")
+    if problems:
+        print(f"module check: {len(problems)} problem(s) in {os.path.abspath(root)}")
+        return 1
+    print("module check: ok (labels not ignored, crate universe named, no empty glob, one version)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
