@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # clonestage's whole test suite, the README's test command: formatting and lints (Rust for
 # Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
-# the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the C++ spawn wrapper's
-# googletest suite under Bazel, the end-to-end tests in tests/e2e and the reliability suite in
-# tests/reliability.
+# the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the static module check,
+# the C++ spawn wrapper's googletest suite under Bazel (tests/cc), the end-to-end tests in
+# tests/e2e and the reliability suite in tests/reliability.
 #
 # Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
 set -euo pipefail
@@ -43,6 +43,10 @@ if [ ${#starlark[@]} -gt 0 ]; then
     "$BUILDIFIER" -lint=warn -mode=check "${starlark[@]}"
 fi
 
+step "module: static check that @clonestage loads for consumers (tests/module/check.py)"
+python3 tests/module/check.py
+python3 tests/module/check_test.py
+
 step "launcher (tools/bazel) against stub clonestage and bazel"
 bash tests/launcher/run.sh
 
@@ -50,9 +54,10 @@ step "secrets: another uid against a TCP build through the launcher, and a resta
 bash tests/secrets/run.sh
 bash tests/secrets/run.sh --bazel   # the same with Bazel 4.2.3 (~30 s)
 
-step "bazel test //cc/... (spawn wrapper, googletest)"
+step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc)"
 # The launcher is bypassed here: these tests are about the wrapper, run by Bazel locally.
-CLONESTAGE_DISABLE=1 bazel test --jobs=2 //cc/...
+# tests/cc is a workspace of its own so the dev-only googletest stays out of @clonestage//...
+(cd tests/cc && export CLONESTAGE_DISABLE=1 && bazel test --jobs=2 //... && bazel shutdown)
 
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "cc/tests/spawn_runner.h"
+#include "spawn_runner.h"
 #include "gtest/gtest.h"
 
 namespace clonestage {

@@ -1,6 +1,6 @@
 // spawn_runner.cc: see spawn_runner.h.
 
-#include "cc/tests/spawn_runner.h"
+#include "spawn_runner.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 // spawn_runner.h: runs the clonestage-spawn binary under test as a black box.
 //
-// The binary's path comes from $CLONESTAGE_SPAWN, set by cc/BUILD.bazel to
-// $(rootpath //cc:clonestage-spawn) (relative to the test's working
+// The binary's path comes from $CLONESTAGE_SPAWN, set by tests/cc/BUILD.bazel to
+// $(rootpath @clonestage//cc:clonestage-spawn) (relative to the test's working
 // directory, the runfiles root); it is made absolute so tests can start the
 // wrapper from another directory. Scratch files live under $TEST_TMPDIR.
 

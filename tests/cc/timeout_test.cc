@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "cc/tests/spawn_runner.h"
+#include "spawn_runner.h"
 #include "gtest/gtest.h"
 
 namespace clonestage {
