@@ -43,9 +43,10 @@ if [ ${#starlark[@]} -gt 0 ]; then
     "$BUILDIFIER" -lint=warn -mode=check "${starlark[@]}"
 fi
 
-step "module: static check that @clonestage loads for consumers (tests/module/check.py)"
+step "module: static check that @clonestage loads for consumers; the BCR release archive (tests/module)"
 python3 tests/module/check.py
 python3 tests/module/check_test.py
+bash tests/module/release_test.sh
 
 step "launcher (tools/bazel) against stub clonestage and bazel"
 bash tests/launcher/run.sh
