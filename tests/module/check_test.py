@@ -48,7 +48,8 @@ rust_binary(
     deps = all_crate_deps(package_name = "rust/cli"),
 )
 ''',
-    "rust/Cargo.toml": '[workspace]\nmembers = ["cli"]\n\n[workspace.package]\nversion = "0.1.0"\n',
+    "rust/Cargo.toml": ('[workspace]\nmembers = ["cli"]\n\n[workspace.package]\nversion = "0.1.0"\n'
+                        '\n[patch.crates-io]\nh2 = { path = "third_party/h2" }\n'),
     "rust/Cargo.lock": "",
     "rust/cli/Cargo.toml": '[package]\nname = "clonestage"\nversion.workspace = true\n',
     "rust/cli/src/main.rs": "fn main() {}\n",
@@ -122,6 +123,24 @@ class CheckTest(unittest.TestCase):
     def test_label_crossing_subpackage_fails(self):
         problems = self.run_check({"rust/cli/BUILD.bazel": ""})
         self.assert_one_problem(problems, "'//rust:cli/Cargo.toml' crosses into the subpackage 'rust/cli'")
+
+    def test_path_patch_fails(self):
+        cargo = GOOD["rust/Cargo.toml"] + 'tokio = { path = "third_party/tokio" }\n'
+        self.assert_one_problem(self.run_check({"rust/Cargo.toml": cargo}), "[patch.crates-io] tokio")
+
+    def test_known_path_patch_is_reported_not_failed(self):
+        with tempfile.TemporaryDirectory() as root:
+            for rel, text in GOOD.items():
+                os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+                with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
+                    f.write(text)
+            checker = check.Checker(root)
+            self.assertEqual(checker.run(), [])
+            self.assertTrue(any("KNOWN BLOCKER" in n and "h2" in n for n in checker.notes))
+
+    def test_stale_known_path_patch_fails(self):
+        cargo = GOOD["rust/Cargo.toml"].split("\n[patch.crates-io]")[0]
+        self.assert_one_problem(self.run_check({"rust/Cargo.toml": cargo}), "KNOWN_PATH_PATCHES lists 'h2'")
 
     def test_version_mismatch_fails(self):
         cargo = GOOD["rust/Cargo.toml"].replace('"0.1.0"', '"0.2.0"')
