@@ -18,7 +18,7 @@ fail() { echo "release_test: FAIL: $*" >&2; exit 1; }
 
 # A clone of the committed HEAD plus this work tree's release script and template, so the
 # test checks the files being changed (uncommitted edits included) on a tree it may tag.
-git clone -q --no-hardlinks "$src" "$work/repo"
+git clone -q --shared --no-checkout "$src" "$work/repo"
 git -C "$work/repo" checkout -q --detach "$(git -C "$src" rev-parse HEAD)"
 cp "$src/tools/release.sh" "$work/repo/tools/release.sh"
 mkdir -p "$work/repo/.bcr"
