@@ -171,6 +171,8 @@ class Checker:
         return self._visible
 
     def check_label(self, where, label, own_package, check_repo=True):
+        if any(c in label for c in "{}%$ \n\t"):
+            return  # a template ("//{pkg}:x", "%s"), not a label
         m = LABEL_RE.match(label)
         if m:
             repo = m.group("repo")

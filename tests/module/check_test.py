@@ -113,6 +113,14 @@ class CheckTest(unittest.TestCase):
         problems = self.run_check({"rust/cli/src/BUILD.bazel": ""})
         self.assert_one_problem(problems, "glob(['cli/src/**/*.rs']", "matches nothing")
 
+    def test_templates_and_prose_are_not_labels(self):
+        bzl = '_T = "//{pkg}:{name}"\n_U = "@%s//:x" % "r"\n_V = ":"\n_W = "// a comment-like string"\n'
+        self.assertEqual(self.run_check({"rust/macros.bzl": bzl}), [])
+
+    def test_bzl_label_under_ignored_path_fails(self):
+        bzl = 'X = Label("//examples/app:x")\n'
+        self.assert_one_problem(self.run_check({"rust/macros.bzl": bzl}), "rust/macros.bzl:1", "under 'examples'")
+
     def test_dev_dependency_label_fails(self):
         build = GOOD["rust/BUILD.bazel"] + 'cc_test(name = "t", deps = ["@googletest//:gtest"])\n'
         self.assert_one_problem(self.run_check({"rust/BUILD.bazel": build}), "@googletest is a dev_dependency")
