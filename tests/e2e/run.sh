@@ -39,6 +39,9 @@ cache="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-e2e-cache.XXXXXX")"
 cache="$(cd "$cache" && pwd -P)"
 logs="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-e2e-logs.XXXXXX")"
 export CLONESTAGE_CACHE="$cache"
+# The launcher looks in the per-version home (<data>/clonestage/<version>/bin) before the
+# checkout: an install there must not shadow the build under test.
+export XDG_DATA_HOME="$logs/no-install"
 
 passed=0
 failed=0
