@@ -523,7 +523,8 @@ test_users_own_rust_manifest_is_never_built() {
   check "cargo never ran" no_file "$T/cargo.log"
   check "no script ran" no_file "$T/install.log"
   check "no flags" args_are build //x
-  check "one line: no helper, and how to install one" stderr_has "no clonestage helper found (looked in $T/home/.local/share/clonestage/0.1.0/bin and on PATH): install it with \`bazel run @clonestage//:install\`"
+  check "in one line" equals "$(printf '%s\n' "$ERR" | wc -l | tr -d ' ')" 1
+  check "no helper, and how to install one" stderr_has "no clonestage helper found (looked in $T/home/.local/share/clonestage/0.1.0/bin and on PATH): install it with \`bazel run @clonestage//:install\`"
   check "exit 0" equals "$RC" 0
 }
 
