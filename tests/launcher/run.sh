@@ -585,6 +585,18 @@ test_server_of_another_version_is_restarted_with_ours() {
   check "no second restart" equals "$(count_lines "$T/cache/stub-serve-starts")" 2
 }
 
+test_a_server_of_another_version_that_will_not_stop() {
+  start_server STUB_VERSION=0.0.9
+  rm "$T/cache/server/version" # as a server from before the version file
+  EXTRA_ENV=(STUB_STOP_FAIL=1)
+  launch build //x
+  check "exit 0 (Bazel ran)" equals "$RC" 0
+  check "no flags: not the other version's server" args_are build //x
+  check "names the unknown version" stderr_has "is version unknown (it wrote no version file)"
+  check "says it could not stop it, and why" stderr_has "could not stop the server of version unknown (it wrote no version file) on $T/cache: clonestage: the server (pid 1) got SIGTERM but still runs after 30s; running Bazel without the clonestage executor"
+  check "no second server" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
+}
+
 test_digest_function_other_than_sha256_stands_aside() {
   start_server
   launch --digest_function=blake3 build //x
@@ -732,6 +744,7 @@ tests=(
   test_install_failure_does_not_block_bazel
   test_per_version_home_comes_first
   test_server_of_another_version_is_restarted_with_ours
+  test_a_server_of_another_version_that_will_not_stop
   test_digest_function_other_than_sha256_stands_aside
   test_symlinked_launcher_finds_its_checkout
   test_explicit_executor_wins
