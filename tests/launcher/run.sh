@@ -611,6 +611,25 @@ test_digest_function_other_than_sha256_stands_aside() {
   check "sha256: quiet" stderr_empty
   launch --digest_function=blake3 query //x
   check "query: untouched and quiet" stderr_empty
+  # A startup line in the workspace's .bazelrc (last one wins, as in Bazel).
+  printf '%s\n' 'build --jobs=2' 'startup --digest_function=sha256' \
+    'startup --host_jvm_args=-Xmx1g   --digest_function  BLAKE3 # team setting' >"$T/ws/.bazelrc"
+  launch build //x
+  check "rc blake3: untouched" args_are build //x
+  check "rc blake3: says why and where" stderr_has "--digest_function=BLAKE3 (a startup line in $T/ws/.bazelrc): the clonestage server hashes with SHA-256 only"
+  launch --digest_function=sha256 build //x
+  check "the command line wins over the rc" args_are --digest_function=sha256 build "$UNIX_FLAG" //x
+  printf 'startup --digest_function=blake3\n' >"$T/ws/.bazelrc"
+  printf 'startup --digest_function=SHA256\n' >"$T/home/.bazelrc"
+  launch build //x
+  check "~/.bazelrc (read after the workspace's) wins" args_are build "$UNIX_FLAG" //x
+  rm "$T/ws/.bazelrc"
+  printf 'startup --digest_function=blake3\n' >"$T/home/.bazelrc"
+  launch build //x
+  check "~/.bazelrc blake3: untouched" args_are build //x
+  check "~/.bazelrc blake3: says where" stderr_has "(a startup line in $T/home/.bazelrc)"
+  launch --nohome_rc build //x
+  check "--nohome_rc: ~/.bazelrc not read" args_are --nohome_rc build "$UNIX_FLAG" //x
 }
 
 test_symlinked_launcher_finds_its_checkout() {
