@@ -463,6 +463,15 @@ else
     "$(tail_of "$logs/restart.log" 25)" "serve.log:" "$(tail_of "$cache/launcher/serve.log" 10)"
 fi
 
+# Never silently local: the command after the kill says the server had died, and why.
+name="kill: the next command says the server had died (killed by signal 9) and quotes its log"
+if grep -q "^clonestage: the clonestage server on $cache had died since the last command (killed by signal 9)" "$logs/restart.log" &&
+  grep -q '^clonestage:   | clonestage-launcher: serve exited with status 137' "$logs/restart.log"; then
+  pass "$name"
+else
+  fail "$name" "launcher: $(grep '^clonestage:' "$logs/restart.log" | head -n 8 | tr '\n' ' ')"
+fi
+
 name="kill: clonestage verify finds nothing wrong, and no work dir is left behind"
 "$cs" --cache "$cache" verify >"$logs/verify.log" 2>&1
 rc=$?
