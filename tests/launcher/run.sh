@@ -368,6 +368,16 @@ test_restart_after_server_died() {
   check "after a clean stop: quiet" stderr_empty
 }
 
+test_a_log_without_an_exit_line_means_the_server_died() {
+  # The launcher's sh writes the exit line; killed with it (or a reboot), there is none.
+  mkdir -p -m 700 "$T/cache/launcher"
+  printf 'INFO clonestage server ready\nINFO probed staging method\n' >"$T/cache/launcher/serve.log"
+  launch build //x
+  check "flags" args_are build "$UNIX_FLAG" //x
+  check "says so" stderr_has "had died since the last command (its log ends without an exit status: killed with its shell, or the machine restarted)"
+  check "quotes the old log" stderr_has "clonestage:   | INFO probed staging method"
+}
+
 test_race_two_launches_start_one_server() {
   local i
   for i in 1 2 3; do
@@ -751,6 +761,7 @@ tests=(
   test_a_cache_dir_the_launcher_creates_is_private
   test_command_substitution_does_not_wait_for_server
   test_restart_after_server_died
+  test_a_log_without_an_exit_line_means_the_server_died
   test_race_two_launches_start_one_server
   test_race_without_lock_tools_still_one_server
   test_helper_fails_to_start
