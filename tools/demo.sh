@@ -5,7 +5,9 @@
 # routes every action to it; --config=staged makes each action check that its inputs arrived
 # as read-only regular files), and print what clonestage did.
 #
-# On a fresh machine it first installs what it needs (.ci/install.sh, as root).
+# On a fresh machine it first installs what it needs (.ci/install.sh, as root). The first
+# build prints cargo's and Bazel's progress (minutes when cold); the summary is `clonestage
+# stats` and `clonestage status` (the cache's filesystem, the staging method and why).
 # Settings (all optional):
 #   DEMO_SCALE=ci|full   ci (default): the real file counts, ~2 MB of content;
 #                        full: 183 MB mean / 466 MB p95 per action (writes a 465 MB SDK tree once)
@@ -20,12 +22,17 @@ if ! command -v bazel >/dev/null 2>&1 || ! command -v cargo >/dev/null 2>&1; the
     bash .ci/install.sh
 fi
 
-echo "demo: building clonestage and clonestage-spawn"
-cargo build --quiet --release --manifest-path rust/Cargo.toml --bin clonestage
-CLONESTAGE_DISABLE=1 bazel build --jobs=2 //:spawn >/dev/null 2>&1 || CLONESTAGE_DISABLE=1 bazel build --jobs=2 //:spawn
+echo "demo: building clonestage (cargo build --locked --release: several minutes on a cold machine; cargo shows its progress)"
+# No --quiet: a first build takes minutes, and a screen with nothing on it looks hung.
+cargo build --locked --release --manifest-path rust/Cargo.toml --bin clonestage
+echo "demo: building clonestage-spawn with Bazel"
+CLONESTAGE_DISABLE=1 bazel build --jobs=2 //:spawn
 install -m 0755 "$(CLONESTAGE_DISABLE=1 bazel info bazel-bin 2>/dev/null)/cc/clonestage-spawn" rust/target/release/.clonestage-spawn.$$
 mv -f rust/target/release/.clonestage-spawn.$$ rust/target/release/clonestage-spawn
 CS=$ROOT/rust/target/release/clonestage
+# The launcher would look in the per-version home first (an earlier install); the demo
+# shows the binaries it just built.
+export CLONESTAGE_BIN=$CS
 
 own_cache=0
 if [ -z "${CLONESTAGE_CACHE:-}" ]; then
@@ -55,3 +62,6 @@ bazel test --jobs=2 $scale_flag --config=clonestage --config=staged //...
 sleep 0.5 # the server writes its counters just after answering
 echo
 "$CS" stats
+echo
+# Where the cache is, which filesystem, and why clonestage stages the way it does there.
+"$CS" status || true

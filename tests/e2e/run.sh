@@ -39,6 +39,9 @@ cache="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-e2e-cache.XXXXXX")"
 cache="$(cd "$cache" && pwd -P)"
 logs="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-e2e-logs.XXXXXX")"
 export CLONESTAGE_CACHE="$cache"
+# The launcher looks in the per-version home (<data>/clonestage/<version>/bin) before the
+# checkout: an install there must not shadow the build under test.
+export XDG_DATA_HOME="$logs/no-install"
 
 passed=0
 failed=0
@@ -458,6 +461,15 @@ else
   # before Bazel's; the new server's log says how far its start got.
   fail "$name" "launcher: $(grep '^clonestage:' "$logs/restart.log" | head -n 8 | tr '\n' ' ')" \
     "$(tail_of "$logs/restart.log" 25)" "serve.log:" "$(tail_of "$cache/launcher/serve.log" 10)"
+fi
+
+# Never silently local: the command after the kill says the server had died, and why.
+name="kill: the next command says the server had died (killed by signal 9) and quotes its log"
+if grep -q "^clonestage: the clonestage server on $cache had died since the last command (killed by signal 9)" "$logs/restart.log" &&
+  grep -q '^clonestage:   | clonestage-launcher: serve exited with status 137' "$logs/restart.log"; then
+  pass "$name"
+else
+  fail "$name" "launcher: $(grep '^clonestage:' "$logs/restart.log" | head -n 8 | tr '\n' ' ')"
 fi
 
 name="kill: clonestage verify finds nothing wrong, and no work dir is left behind"

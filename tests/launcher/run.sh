@@ -14,7 +14,9 @@ set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-launcher="$root/tools/bazel"
+# LAUNCHER_UNDER_TEST: another launcher to run these tests against (e.g. an older one, to
+# see a new test fail there).
+launcher="${LAUNCHER_UNDER_TEST:-$root/tools/bazel}"
 stubs="$here/stubs"
 tmproot="$(mktemp -d "${TMPDIR:-/tmp}/launcher-tests.XXXXXX")"
 passed=0
@@ -70,8 +72,8 @@ now_ms() {
   fi
 }
 
-start_server() { # a stub server that is up before the launcher runs
-  (/usr/bin/env -i HOME="$T/home" PATH="$SYS_PATH" "$T/bin/clonestage" --cache "$T/cache" serve \
+start_server() { # a stub server that is up before the launcher runs; args: extra env (VAR=value)
+  (/usr/bin/env -i HOME="$T/home" PATH="$SYS_PATH" "$@" "$T/bin/clonestage" --cache "$T/cache" serve \
     </dev/null >/dev/null 2>&1 &)
   wait_for_file "$T/cache/server/tcp-port"
 }
@@ -353,6 +355,27 @@ test_restart_after_server_died() {
   check "flags after restart" args_are build "$UNIX_FLAG" //x
   check "second server started" equals "$(count_lines "$T/cache/stub-serve-starts")" 2
   check "no wait on a stale launcher lock" test "${ERR#*waiting}" = "$ERR"
+  check "says it was restarted and why" stderr_has "the clonestage server on $T/cache had died since the last command (killed by signal 15); started a new one"
+  check "quotes the end of its log" stderr_has "clonestage:   | stub serve: pid"
+  check "a few lines at most" less_than "$(printf '%s\n' "$ERR" | wc -l)" 7
+  # A server that stopped cleanly (exit 0, as after `clonestage stop`): restarted quietly.
+  kill "$(sed -n 2p "$T/cache/stub-serve-starts")"
+  sleep 0.1
+  rm -rf "$T/cache/server"
+  echo "clonestage-launcher: serve exited with status 0" >>"$T/cache/launcher/serve.log"
+  launch build //x
+  check "after a clean stop: flags" args_are build "$UNIX_FLAG" //x
+  check "after a clean stop: quiet" stderr_empty
+}
+
+test_a_log_without_an_exit_line_means_the_server_died() {
+  # The launcher's sh writes the exit line; killed with it (or a reboot), there is none.
+  mkdir -p -m 700 "$T/cache/launcher"
+  printf 'INFO clonestage server ready\nINFO probed staging method\n' >"$T/cache/launcher/serve.log"
+  launch build //x
+  check "flags" args_are build "$UNIX_FLAG" //x
+  check "says so" stderr_has "had died since the last command (its log ends without an exit status: killed with its shell, or the machine restarted)"
+  check "quotes the old log" stderr_has "clonestage:   | INFO probed staging method"
 }
 
 test_race_two_launches_start_one_server() {
@@ -437,12 +460,23 @@ test_bad_clonestage_bin() {
   check "names the variable" stderr_has "CLONESTAGE_BIN=/nonexistent/clonestage is not an executable file"
 }
 
+mark_checkout() { # make $1 look like a clonestage checkout (the launcher's marker)
+  mkdir -p "$1/rust/cli"
+  printf '[package]\nname = "clonestage"\n' >"$1/rust/cli/Cargo.toml"
+  : >"$1/rust/Cargo.toml"
+}
+
 test_clonestage_bin_and_workspace_binary_are_used() {
   rm "$T/bin/clonestage"
   mkdir -p "$T/ws/rust/target/release"
   cp "$stubs/clonestage" "$T/ws/rust/target/release/clonestage"
+  printf '[package]\nname = "my-tools"\n' >"$T/ws/rust/Cargo.toml"
   launch build //x
-  check "workspace rust/target/release/clonestage used" args_are build "$UNIX_FLAG" //x
+  check "a user's own rust/target/release/clonestage: not used" args_are build //x
+  check "and says no helper was found" stderr_has "no clonestage helper found"
+  mark_checkout "$T/ws"
+  launch build //x
+  check "a clonestage checkout's rust/target/release/clonestage used" args_are build "$UNIX_FLAG" //x
   cleanup_servers
   rm -rf "$T/cache"
   mkdir -p "$T/cache" "$T/elsewhere"
@@ -452,39 +486,160 @@ test_clonestage_bin_and_workspace_binary_are_used() {
   check "CLONESTAGE_BIN used" args_are build "$UNIX_FLAG" //x
 }
 
-test_cargo_builds_missing_helper_once() {
+install_script() { # a stub tools/install-binaries.sh in checkout $1 (its contract: both binaries
+  # into the per-version home; cargo build --locked), logging to $T/install.log
+  mkdir -p "$1/tools"
+  cat >"$1/tools/install-binaries.sh" <<EOF
+#!/usr/bin/env bash
+echo "run in \$PWD" >>"$T/install.log"
+[ "\${STUB_INSTALL_FAIL:-0}" = 1 ] && { echo "stub install: error" >&2; exit 1; }
+cargo build --locked --release --manifest-path rust/Cargo.toml || exit 1
+if [ -n "\${XDG_DATA_HOME:-}" ]; then d="\$XDG_DATA_HOME"; else d="\$HOME/.local/share"; fi
+mkdir -p "\$d/clonestage/0.1.0/bin"
+cp "$stubs/clonestage" "\$d/clonestage/0.1.0/bin/clonestage"
+printf '#!/bin/sh\nexit 0\n' >"\$d/clonestage/0.1.0/bin/clonestage-spawn"
+chmod +x "\$d/clonestage/0.1.0/bin/clonestage-spawn"
+EOF
+}
+
+test_checkout_installs_both_binaries_once() {
   rm "$T/bin/clonestage"
-  mkdir -p "$T/ws/rust"
-  : >"$T/ws/rust/Cargo.toml"
+  mark_checkout "$T/ws"
+  install_script "$T/ws"
   cp "$stubs/cargo" "$T/bin/cargo"
   EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage")
   launch build //x
-  check "cargo build ran" grep -q -- "build --release --manifest-path $T/ws/rust/Cargo.toml --bin clonestage" "$T/cargo.log"
-  check "says it builds" stderr_has "building the helper once"
+  check "the checkout's install-binaries.sh ran, in the checkout" equals "$(cat "$T/install.log" 2>/dev/null)" "run in $T/ws"
+  check "cargo ran --locked (through the script)" grep -q -- "--locked" "$T/cargo.log"
+  check "says it builds both" stderr_has "building and installing clonestage and clonestage-spawn once"
+  check "helper in the per-version home" test -x "$T/home/.local/share/clonestage/0.1.0/bin/clonestage"
+  check "spawn wrapper beside it" test -x "$T/home/.local/share/clonestage/0.1.0/bin/clonestage-spawn"
   check "flags added" args_are build "$UNIX_FLAG" //x
   launch build //x
-  check "cargo not run again" equals "$(count_lines "$T/cargo.log")" 1
+  check "not built again" equals "$(count_lines "$T/install.log")" 1
   check "flags on the fast path" args_are build "$UNIX_FLAG" //x
+  check "quiet on the fast path" stderr_empty
 }
 
-test_cargo_failure_does_not_block_bazel() {
+test_users_own_rust_manifest_is_never_built() {
   rm "$T/bin/clonestage"
-  mkdir -p "$T/ws/rust"
-  : >"$T/ws/rust/Cargo.toml"
+  mkdir -p "$T/ws/rust/cli"
+  printf '[workspace]\nmembers = ["cli"]\n' >"$T/ws/rust/Cargo.toml"
+  printf '[package]\nname = "cli"\n' >"$T/ws/rust/cli/Cargo.toml"
+  install_script "$T/ws" # even a script of that name is not run outside a clonestage checkout
   cp "$stubs/cargo" "$T/bin/cargo"
-  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CARGO_FAIL=1 STUB_CLONESTAGE="$stubs/clonestage")
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage")
+  launch build //x
+  check "cargo never ran" no_file "$T/cargo.log"
+  check "no script ran" no_file "$T/install.log"
+  check "no flags" args_are build //x
+  check "in one line" equals "$(printf '%s\n' "$ERR" | wc -l | tr -d ' ')" 1
+  check "no helper, and how to install one" stderr_has "no clonestage helper found (looked in $T/home/.local/share/clonestage/0.1.0/bin and on PATH): install it with \`bazel run @clonestage//:install\`"
+  check "exit 0" equals "$RC" 0
+}
+
+test_install_failure_does_not_block_bazel() {
+  rm "$T/bin/clonestage"
+  mark_checkout "$T/ws"
+  install_script "$T/ws"
+  cp "$stubs/cargo" "$T/bin/cargo"
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage" STUB_INSTALL_FAIL=1)
   launch build //x
   check "no flags" args_are build //x
-  check "explains" stderr_has "cargo build in $T/ws/rust failed"
+  check "explains" stderr_has "bash $T/ws/tools/install-binaries.sh failed"
   check "exit 0" equals "$RC" 0
   launch build //x
-  check "no retry right after a failure" equals "$(count_lines "$T/cargo.log")" 1
+  check "no retry right after a failure" equals "$(count_lines "$T/install.log")" 1
   check "says why it does not retry" stderr_has "failed less than 10 minutes ago"
   check "still runs Bazel" args_are build //x
   EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage" CLONESTAGE_REBUILD=1)
   launch build //x
-  check "CLONESTAGE_REBUILD=1 retries" equals "$(count_lines "$T/cargo.log")" 2
+  check "CLONESTAGE_REBUILD=1 retries" equals "$(count_lines "$T/install.log")" 2
   check "and then uses the helper" args_are build "$UNIX_FLAG" //x
+}
+
+test_per_version_home_comes_first() {
+  # A logging helper in the per-version home, the plain stub on PATH.
+  local home_bin="$T/data/clonestage/0.1.0/bin"
+  mkdir -p "$home_bin"
+  printf '#!/bin/sh\necho home >>"%s"\nexec "%s" "$@"\n' "$T/which" "$stubs/clonestage" >"$home_bin/clonestage"
+  chmod +x "$home_bin/clonestage"
+  EXTRA_ENV=(XDG_DATA_HOME="$T/data")
+  launch build //x
+  check "flags added" args_are build "$UNIX_FLAG" //x
+  check "the per-version home's helper was used (XDG_DATA_HOME)" test -s "$T/which"
+  rm -f "$T/which"
+  cleanup_servers
+  rm -rf "$T/cache" && mkdir -p "$T/cache"
+  EXTRA_ENV=(XDG_DATA_HOME="relative/data")
+  mkdir -p "$T/home/.local/share/clonestage/0.1.0"
+  cp -r "$home_bin" "$T/home/.local/share/clonestage/0.1.0/"
+  launch build //x
+  check "a relative XDG_DATA_HOME is ignored: ~/.local/share" test -s "$T/which"
+  check "flags added" args_are build "$UNIX_FLAG" //x
+}
+
+test_server_of_another_version_is_restarted_with_ours() {
+  start_server STUB_VERSION=0.0.9
+  launch build //x
+  check "exit 0" equals "$RC" 0
+  check "says so" stderr_has "the clonestage server on $T/cache is version 0.0.9, this launcher's helper ($T/bin/clonestage) is 0.1.0: restarting it with ours"
+  check "in one line" equals "$(printf '%s\n' "$ERR" | wc -l | tr -d ' ')" 1
+  check "stopped it cleanly (clonestage stop)" equals "$(count_lines "$T/cache/stub-stop-calls")" 1
+  check "started ours" equals "$(count_lines "$T/cache/stub-serve-starts")" 2
+  check "one server running" equals "$(live_servers)" 1
+  check "ours runs" equals "$(cat "$T/cache/server/version" 2>/dev/null)" 0.1.0
+  check "flags added" args_are build "$UNIX_FLAG" //x
+  launch build //x
+  check "then the fast path: quiet" stderr_empty
+  check "no second restart" equals "$(count_lines "$T/cache/stub-serve-starts")" 2
+}
+
+test_a_server_of_another_version_that_will_not_stop() {
+  start_server STUB_VERSION=0.0.9
+  rm "$T/cache/server/version" # as a server from before the version file
+  EXTRA_ENV=(STUB_STOP_FAIL=1)
+  launch build //x
+  check "exit 0 (Bazel ran)" equals "$RC" 0
+  check "no flags: not the other version's server" args_are build //x
+  check "names the unknown version" stderr_has "is version unknown (it wrote no version file)"
+  check "says it could not stop it, and why" stderr_has "could not stop the server of version unknown (it wrote no version file) on $T/cache: clonestage: the server (pid 1) got SIGTERM but still runs after 30s; running Bazel without the clonestage executor"
+  check "no second server" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
+}
+
+test_digest_function_other_than_sha256_stands_aside() {
+  start_server
+  launch --digest_function=blake3 build //x
+  check "blake3: untouched" args_are --digest_function=blake3 build //x
+  check "blake3: says why" stderr_has "--digest_function=blake3: the clonestage server hashes with SHA-256 only, so this command runs without clonestage"
+  check "in one line" equals "$(printf '%s\n' "$ERR" | wc -l | tr -d ' ')" 1
+  launch --digest_function BLAKE3 test //x
+  check "unary form: untouched" args_are --digest_function BLAKE3 test //x
+  check "unary form: says why" stderr_has "--digest_function=BLAKE3"
+  launch --digest_function=SHA256 build //x
+  check "sha256: flags added" args_are --digest_function=SHA256 build "$UNIX_FLAG" //x
+  check "sha256: quiet" stderr_empty
+  launch --digest_function=blake3 query //x
+  check "query: untouched and quiet" stderr_empty
+  # A startup line in the workspace's .bazelrc (last one wins, as in Bazel).
+  printf '%s\n' 'build --jobs=2' 'startup --digest_function=sha256' \
+    'startup --host_jvm_args=-Xmx1g   --digest_function  BLAKE3 # team setting' >"$T/ws/.bazelrc"
+  launch build //x
+  check "rc blake3: untouched" args_are build //x
+  check "rc blake3: says why and where" stderr_has "--digest_function=BLAKE3 (a startup line in $T/ws/.bazelrc): the clonestage server hashes with SHA-256 only"
+  launch --digest_function=sha256 build //x
+  check "the command line wins over the rc" args_are --digest_function=sha256 build "$UNIX_FLAG" //x
+  printf 'startup --digest_function=blake3\n' >"$T/ws/.bazelrc"
+  printf 'startup --digest_function=SHA256\n' >"$T/home/.bazelrc"
+  launch build //x
+  check "~/.bazelrc (read after the workspace's) wins" args_are build "$UNIX_FLAG" //x
+  rm "$T/ws/.bazelrc"
+  printf 'startup --digest_function=blake3\n' >"$T/home/.bazelrc"
+  launch build //x
+  check "~/.bazelrc blake3: untouched" args_are build //x
+  check "~/.bazelrc blake3: says where" stderr_has "(a startup line in $T/home/.bazelrc)"
+  launch --nohome_rc build //x
+  check "--nohome_rc: ~/.bazelrc not read" args_are --nohome_rc build "$UNIX_FLAG" //x
 }
 
 test_symlinked_launcher_finds_its_checkout() {
@@ -494,6 +649,7 @@ test_symlinked_launcher_finds_its_checkout() {
   cp "$launcher" "$T/checkout/tools/bazel"
   cp "$stubs/clonestage" "$T/checkout/rust/target/release/clonestage"
   ln -s ../../checkout/tools/bazel "$T/ex/tools/bazel"
+  mark_checkout "$T/checkout"
   (cd "$T/ex" && /usr/bin/env -i HOME="$T/home" PATH="$T/bin:$SYS_PATH" CLONESTAGE_CACHE="$T/cache" \
     BAZEL_REAL="$REAL" STUB_BAZEL_OUT="$T/bazel-args" tools/bazel build //x) 2>"$T/stderr"
   ERR="$(cat "$T/stderr")"
@@ -507,6 +663,7 @@ test_explicit_executor_wins() {
   EXTRA_ENV=(CLONESTAGE_TCP=1)
   launch build --remote_executor=grpcs://rbe.example:443 //x
   check "executor flag: untouched" args_are build --remote_executor=grpcs://rbe.example:443 //x
+  check "and says so in one line" stderr_has "--remote_executor is on the command line: adding no clonestage executor"
   launch test --remote_cache grpc://cache:9092 //x
   check "cache flag: untouched" args_are test --remote_cache grpc://cache:9092 //x
   launch run //tool -- --remote_executor=x
@@ -604,6 +761,7 @@ tests=(
   test_a_cache_dir_the_launcher_creates_is_private
   test_command_substitution_does_not_wait_for_server
   test_restart_after_server_died
+  test_a_log_without_an_exit_line_means_the_server_died
   test_race_two_launches_start_one_server
   test_race_without_lock_tools_still_one_server
   test_helper_fails_to_start
@@ -611,8 +769,13 @@ tests=(
   test_no_helper_and_no_cargo
   test_bad_clonestage_bin
   test_clonestage_bin_and_workspace_binary_are_used
-  test_cargo_builds_missing_helper_once
-  test_cargo_failure_does_not_block_bazel
+  test_checkout_installs_both_binaries_once
+  test_users_own_rust_manifest_is_never_built
+  test_install_failure_does_not_block_bazel
+  test_per_version_home_comes_first
+  test_server_of_another_version_is_restarted_with_ours
+  test_a_server_of_another_version_that_will_not_stop
+  test_digest_function_other_than_sha256_stands_aside
   test_symlinked_launcher_finds_its_checkout
   test_explicit_executor_wins
   test_disable

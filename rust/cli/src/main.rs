@@ -115,7 +115,14 @@ enum Cmd {
         /// `bazel --bazelrc=PATH ...` or a `try-import PATH` line in ~/.bazelrc.
         #[arg(long)]
         bazelrc: bool,
+        /// Exit 4, naming both versions, when the running server is another clonestage
+        /// version than this one (tools/bazel then restarts it with its own).
+        #[arg(long)]
+        same_version: bool,
     },
+    /// Whether a server is up for the cache (pid, version, socket, TCP port; never the
+    /// token), the cache's filesystem, and how and why it stages there (exit 0 up, 3 down).
+    Status,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -214,7 +221,12 @@ fn main() -> ExitCode {
             evict_every: evict_every.map(std::time::Duration::from_secs),
         })
         .map(|_| ExitCode::SUCCESS),
-        Cmd::Address { tcp, bazelrc } => commands::address(&cache, tcp, bazelrc),
+        Cmd::Address {
+            tcp,
+            bazelrc,
+            same_version,
+        } => commands::address(&cache, tcp, bazelrc, same_version),
+        Cmd::Status => commands::status(&cache),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
     };
     match r {

@@ -11,6 +11,9 @@
 //! <cache>/server/tcp.bazelrc the Bazel rc lines for TCP: executor and token header (0600);
 //!                            written at start, removed at a clean stop
 //! <cache>/server/last-port   the TCP port of the last start, tried first by the next one
+//! <cache>/server/version     the running server's clonestage version (`0.1.0\n`), written
+//!                            before tcp-port, so a ready server's file is its own; read by
+//!                            `address --same-version`, `status` and tools/bazel
 //! <cache>/work/<id>/         one action's work dir: root/ (the staged input root), stdout,
 //!                            stderr; removed after the action (by the janitor while no
 //!                            action runs), swept at start
@@ -55,6 +58,10 @@ impl Layout {
 
     pub fn tcp_bazelrc(&self) -> PathBuf {
         self.server_dir().join("tcp.bazelrc")
+    }
+
+    pub fn version(&self) -> PathBuf {
+        self.server_dir().join("version")
     }
 
     pub fn last_port(&self) -> PathBuf {

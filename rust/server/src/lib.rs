@@ -28,6 +28,7 @@ mod stats;
 mod status;
 mod stop;
 
+pub use address::{check_same_version, running, RunningServer, VersionMismatch};
 pub use auth::TOKEN_HEADER;
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
@@ -37,6 +38,9 @@ pub use status::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
 pub use stop::{stop, Stopped};
 
 use std::path::{Path, PathBuf};
+
+/// This build's version (the workspace's): what a server writes to `<cache>/server/version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Options of `clonestage serve`.
 #[derive(Debug, Clone)]

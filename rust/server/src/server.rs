@@ -122,6 +122,9 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     listen::server_dir(&layout.server_dir())?;
     let lock = ServerLock::acquire(&layout.lock())?;
     let _ = std::fs::remove_file(layout.tcp_port());
+    // Before tcp-port (readiness): a launcher of another version that finds this server
+    // ready reads this server's version, not a predecessor's, and restarts it with its own.
+    write_atomically(&layout.version(), &format!("{}\n", crate::VERSION))?;
     let spawn = spawn::locate(opts.spawn.as_deref())?;
 
     std::fs::create_dir_all(layout.work_dir())

@@ -1,11 +1,14 @@
 //! One function per subcommand. They open the cache, call the engine, and print; exit codes:
-//! 0 success, 1 failure (message on stderr), 3 `address` with no server running.
+//! 0 success, 1 failure (message on stderr), 3 `address`/`status`/`stop` with no server
+//! running, 4 `address --same-version` finding a server of another version.
 
 mod stage;
 mod stats;
+mod status;
 
 pub use stage::{stage, StageArgs};
 pub use stats::stats;
+pub use status::status;
 
 use anyhow::Context;
 use clonestage_engine::{tree, Cache};
@@ -64,7 +67,18 @@ pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn address(cache: &Path, tcp: bool, bazelrc: bool) -> anyhow::Result<ExitCode> {
+pub fn address(
+    cache: &Path,
+    tcp: bool,
+    bazelrc: bool,
+    same_version: bool,
+) -> anyhow::Result<ExitCode> {
+    if same_version {
+        if let Err(m) = clonestage_server::check_same_version(cache) {
+            eprintln!("clonestage: {m}");
+            return Ok(ExitCode::from(4));
+        }
+    }
     let lines = if bazelrc {
         clonestage_server::tcp_bazelrc(cache).map(|p| vec![p.display().to_string()])
     } else {

@@ -88,6 +88,38 @@ pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
     is_btrfs(dir).then_some(TreeClone::Snapshot)
 }
 
+/// The filesystem `path` is on, by statfs(2)'s f_type (<linux/magic.h>); an unknown magic is
+/// shown in hex.
+pub fn filesystem_name(path: &Path) -> std::io::Result<String> {
+    let c = cstr(path)?;
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("statfs {}: {e}", path.display()),
+        ));
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
+    let magic = sf.f_type as i64 & 0xffff_ffff;
+    Ok(match magic {
+        BTRFS_SUPER_MAGIC => "btrfs",
+        0x5846_5342 => "xfs",
+        0xef53 => "ext4", // ext2/3/4 share the magic; ext4 is what anyone runs today
+        0x0102_1994 => "tmpfs",
+        0x794c_7630 => "overlayfs",
+        0x2fc1_2fc1 => "zfs",
+        0xf2f5_2010 => "f2fs",
+        0x6573_5546 => "fuse",
+        0x6969 => "nfs",
+        0xff53_4d42 | 0xfe53_4d42 => "cifs/smb",
+        0x0102_1997 => "9p",
+        0xca45_1a4e => "bcachefs",
+        other => return Ok(format!("unknown (statfs f_type {other:#x})")),
+    }
+    .to_string())
+}
+
 /// A btrfs subvolume, so that `clone_tree` can snapshot it.
 pub fn new_tree_container(parent: &Dir, name: &CStr) -> io::Result<()> {
     let args = vol_args(0, name)?;

@@ -64,6 +64,26 @@ pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
     is_apfs(dir).then_some(TreeClone::Clonefile)
 }
 
+/// The filesystem `path` is on, as statfs(2)'s f_fstypename names it ("apfs", "hfs", ...).
+pub fn filesystem_name(path: &Path) -> std::io::Result<String> {
+    let c = cstr(path)?;
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("statfs {}: {e}", path.display()),
+        ));
+    }
+    let name: Vec<u8> = sf
+        .f_fstypename
+        .iter()
+        .take_while(|&&b| b != 0)
+        .map(|&b| b as u8)
+        .collect();
+    Ok(String::from_utf8_lossy(&name).into_owned())
+}
+
 /// On APFS any directory can be cloned whole: a plain directory will do.
 pub fn new_tree_container(parent: &Dir, name: &CStr) -> io::Result<()> {
     parent.mkdir_at(name, 0o755).map(|_| ())

@@ -6,6 +6,8 @@
 //! - `clone_file(src, dst_dir, name, mode)`, `clone_file_at(src_dirfd, src, ...)`: copy-on-write
 //!   clone of one file (FICLONE / clonefileat).
 //! - `tree_clone_kind(dir)`: whether `dir`'s filesystem clones whole trees, and how.
+//! - `filesystem_name(path)`: the name of the filesystem `path` is on ("btrfs", "apfs", ...),
+//!   for `clonestage status`.
 //! - `new_tree_container(parent, name)`: a directory that `clone_tree` can clone later
 //!   (a btrfs subvolume; a plain directory on APFS).
 //! - `clone_tree(src, dst_parent, name)`: clone a whole directory tree in one call.
@@ -26,8 +28,8 @@ mod imp;
 mod imp;
 
 pub use imp::{
-    clone_file, clone_file_at, clone_tree, new_tree_container, remove_tree_container,
-    rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
+    clone_file, clone_file_at, clone_tree, filesystem_name, new_tree_container,
+    remove_tree_container, rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
 };
 
 use std::io;
