@@ -1,9 +1,12 @@
 //! One function per subcommand. They open the cache, call the engine, and print; exit codes:
-//! 0 success, 1 failure (message on stderr), 3 `address` with no server running.
+//! 0 success, 1 failure (message on stderr), 3 `address` with no server running, 2 `address
+//! --for-bazel` with a version naming no release.
 
+mod address;
 mod stage;
 mod stats;
 
+pub use address::{address, AddressMode};
 pub use stage::{stage, StageArgs};
 pub use stats::stats;
 
@@ -62,26 +65,6 @@ pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
         r.pinned_roots
     );
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn address(cache: &Path, tcp: bool, bazelrc: bool) -> anyhow::Result<ExitCode> {
-    let lines = if bazelrc {
-        clonestage_server::tcp_bazelrc(cache).map(|p| vec![p.display().to_string()])
-    } else {
-        clonestage_server::address(cache, tcp)
-    };
-    match lines {
-        Ok(lines) => {
-            for l in lines {
-                println!("{l}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("clonestage: {e:#}");
-            Ok(ExitCode::from(3))
-        }
-    }
 }
 
 /// `clonestage stop`: 0 once the server released the cache, 3 when none was running, 1 when
