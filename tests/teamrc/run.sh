@@ -17,13 +17,17 @@
 #      ("Cannot combine gRPC based remote execution with disk caching");
 #      without the --remote_cache reset the dead team cache fails Bazel's
 #      capability check and every action runs locally; without the
-#      --strategy lines the SwiftCompile and ObjcCompile actions run locally.
+#      --strategy lines the SwiftCompile and ObjcCompile actions run locally;
+#   3. a team's --experimental_remote_downloader (a grpcio stand-in that logs
+#      the metadata of each call) never receives clonestage's token header,
+#      while the build's own calls carry it (they succeed).
 #
 # Each build gets its own --action_env value, so none reuses another's results.
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 on any
 # failure. Environment: TMPDIR (cache, Bazel's output root and logs go there),
 # TEAMRC_KEEP=1 keeps them. Needs: bazel (4.2.3), cargo, g++ when
-# rust/target/release/clonestage-spawn is missing, coreutils' timeout.
+# rust/target/release/clonestage-spawn is missing, coreutils' timeout, and the
+# venv of .ci/install.sh ($CLONESTAGE_TOOLS/venv, grpcio) for check 3.
 
 set -u -o pipefail
 
@@ -184,6 +188,34 @@ if [ "$rc" = 0 ] && [ "$(spawns "$logs/no-strategy.log" local)" = 3 ] && [ "$(sp
   pass "$name ($(summary_of "$logs/no-strategy.log" | sed 's/^INFO: //'))"
 else
   fail "$name" "bazel exit $rc; $(summary_of "$logs/no-strategy.log") (want 3 local)" "$(tail_of "$logs/no-strategy.log")"
+fi
+
+# --- 3. the token stays away from a team's downloader ------------------------------------------
+py="${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}/venv/bin/python"
+name="a team's --experimental_remote_downloader gets no clonestage token"
+if ! "$py" -c 'import grpc' 2>/dev/null; then
+  fail "$name" "no grpcio in $py (run .ci/install.sh)"
+else
+  use_config
+  port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  : >"$logs/downloader.meta"
+  "$py" "$ws/capture_metadata.py" "$port" "$logs/downloader.meta" 2>"$logs/downloader.err" &
+  capture_pid=$!
+  for _ in $(seq 1 50); do
+    grep -q listening "$logs/downloader.meta" && break
+    sleep 0.1
+  done
+  bz "$logs/downloader.log" build --experimental_remote_downloader=grpc://127.0.0.1:"$port" @team_fetched//file
+  rc=$?
+  kill "$capture_pid" 2>/dev/null
+  wait "$capture_pid" 2>/dev/null
+  calls="$(grep -c '^/build.bazel.remote.asset.v1.Fetch/FetchBlob' "$logs/downloader.meta")"
+  if [ "$rc" != 0 ] && [ "$calls" -ge 1 ] && ! grep -q 'x-clonestage-token' "$logs/downloader.meta"; then
+    pass "$name ($calls FetchBlob call(s), metadata: $(grep -m1 FetchBlob "$logs/downloader.meta" | cut -d' ' -f2-))"
+  else
+    fail "$name" "bazel exit $rc (want the stand-in's refusal), FetchBlob calls: $calls" \
+      "$(cat "$logs/downloader.meta")" "$(tail_of "$logs/downloader.log" 5)"
+  fi
 fi
 
 say "$passed passed, $failed failed ($((SECONDS))s)"
