@@ -57,7 +57,7 @@ CLONESTAGE_DISABLE=1 bazel test --jobs=2 //cc/...
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh
 
-step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~30 s)"
+step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~45 s)"
 bash tests/teamrc/run.sh
 
 step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases; docs/reliability.md)"
