@@ -20,7 +20,10 @@
 #      --strategy lines the SwiftCompile and ObjcCompile actions run locally;
 #   3. a team's --experimental_remote_downloader (a grpcio stand-in that logs
 #      the metadata of each call) never receives clonestage's token header,
-#      while the build's own calls carry it (they succeed).
+#      while the build's own calls carry it (they succeed);
+#   4. without the launcher (CLONESTAGE_DISABLE=1): the line `clonestage
+#      address --for-bazel 4.2.3` prints, put in ~/.bazelrc (a temporary HOME),
+#      sends every action to the running server.
 #
 # Each build gets its own --action_env value, so none reuses another's results.
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 on any
@@ -216,6 +219,28 @@ else
     fail "$name" "bazel exit $rc (want the stand-in's refusal), FetchBlob calls: $calls" \
       "$(cat "$logs/downloader.meta")" "$(tail_of "$logs/downloader.log" 5)"
   fi
+fi
+
+# --- 4. without the launcher: the ~/.bazelrc line `clonestage address --for-bazel` prints -------
+name="without the launcher, the ~/.bazelrc line of 'clonestage address --for-bazel 4.2.3' reaches the server"
+mkdir -p "$tmp/home"
+if "$cs" --cache "$cache" address --for-bazel 4.2.3 >"$tmp/home/.bazelrc" 2>"$logs/address.err"; then
+  use_config
+  bz "$logs/home-clean.log" clean
+  before="$(server_actions)"
+  (cd "$ws" && HOME="$tmp/home" CLONESTAGE_DISABLE=1 timeout -k 10 180 \
+    bazel --output_user_root="$out_root" build --jobs=2 --action_env=TEAMRC_NONCE="home-$$-$RANDOM" //...) \
+    >"$logs/home.log" 2>&1
+  rc=$?
+  after="$(server_actions)"
+  if [ "$rc" = 0 ] && [ "$(spawns "$logs/home.log" remote)" -ge 6 ] && [ -z "$(not_remote "$logs/home.log")" ] &&
+    [ $((after - before)) -ge 6 ]; then
+    pass "$name ($(cat "$tmp/home/.bazelrc" | sed "s|$cache|<cache>|"); $(summary_of "$logs/home.log" | sed 's/^INFO: //'))"
+  else
+    fail "$name" "bazel exit $rc; $(summary_of "$logs/home.log"); server actions +$((after - before))" "$(tail_of "$logs/home.log")"
+  fi
+else
+  fail "$name" "clonestage address --for-bazel 4.2.3 failed: $(cat "$logs/address.err")"
 fi
 
 say "$passed passed, $failed failed ($((SECONDS))s)"
