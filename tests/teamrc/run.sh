@@ -21,7 +21,10 @@
 #   3. a team's --experimental_remote_downloader (a grpcio stand-in that logs
 #      the metadata of each call) never receives clonestage's token header,
 #      while the build's own calls carry it (they succeed);
-#   4. without the launcher (CLONESTAGE_DISABLE=1): the line `clonestage
+#   4. --config=clonestage_swift_only after it: only the two SwiftCompile
+#      actions go to clonestage (its --spawn_strategy=local does not override
+#      the mnemonics build:clonestage names, so it names them again);
+#   5. without the launcher (CLONESTAGE_DISABLE=1): the line `clonestage
 #      address --for-bazel 4.2.3` prints, put in ~/.bazelrc (a temporary HOME),
 #      sends every action to the running server.
 #
@@ -53,11 +56,11 @@ failed=0
 say() { printf '%s\n' "$*"; }
 pass() {
   passed=$((passed + 1))
-  say "PASS: $1"
+  say "PASS: $1 [${SECONDS}s]"
 }
 fail() { # fail NAME [DETAIL...]
   failed=$((failed + 1))
-  say "FAIL: $1"
+  say "FAIL: $1 [${SECONDS}s]"
   shift
   local line
   for line in "$@"; do
@@ -221,7 +224,19 @@ else
   fi
 fi
 
-# --- 4. without the launcher: the ~/.bazelrc line `clonestage address --for-bazel` prints -------
+# --- 4. clonestage_swift_only on top ----------------------------------------------------------
+use_config
+bz "$logs/swift-only-clean.log" clean
+bz "$logs/swift-only.log" build --jobs=2 --config=clonestage_swift_only --action_env=TEAMRC_NONCE="swift-only-$$-$RANDOM" //...
+rc=$?
+name="--config=clonestage_swift_only: only the SwiftCompile actions go to clonestage"
+if [ "$rc" = 0 ] && [ "$(spawns "$logs/swift-only.log" remote)" = 2 ] && [ "$(spawns "$logs/swift-only.log" local)" = 4 ]; then
+  pass "$name ($(summary_of "$logs/swift-only.log" | sed 's/^INFO: //'))"
+else
+  fail "$name" "bazel exit $rc; $(summary_of "$logs/swift-only.log") (want 2 remote, 4 local)" "$(tail_of "$logs/swift-only.log")"
+fi
+
+# --- 5. without the launcher: the ~/.bazelrc line `clonestage address --for-bazel` prints -------
 name="without the launcher, the ~/.bazelrc line of 'clonestage address --for-bazel 4.2.3' reaches the server"
 mkdir -p "$tmp/home"
 if "$cs" --cache "$cache" address --for-bazel 4.2.3 >"$tmp/home/.bazelrc" 2>"$logs/address.err"; then
