@@ -3,7 +3,8 @@
 # Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the static module check,
 # the C++ spawn wrapper's googletest suite under Bazel (tests/cc), the end-to-end tests in
-# tests/e2e and the reliability suite in tests/reliability.
+# tests/e2e, the team-settings workspace in tests/teamrc and the reliability suite in
+# tests/reliability.
 #
 # Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
 set -euo pipefail
@@ -62,6 +63,9 @@ step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc
 
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh
+
+step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~45 s)"
+bash tests/teamrc/run.sh
 
 step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases; docs/reliability.md)"
 bash tests/reliability/run.sh

@@ -183,7 +183,8 @@ if [ "$mode" = stub ]; then
   # command line or in the rc files it read.
   handed="$(cat "$T/stub.args" "$T/stub.rc" 2>/dev/null)"
   check "Bazel is handed the TCP executor" grep -qF -- "--remote_executor=grpc://127.0.0.1:$port" <<<"$handed"
-  check "Bazel is handed the token header" grep -qF -- "--remote_header=x-clonestage-token=$token" <<<"$handed"
+  check "Bazel is handed the token header (executor)" grep -qF -- "--remote_exec_header=x-clonestage-token=$token" <<<"$handed"
+  check "Bazel is handed the token header (cache)" grep -qF -- "--remote_cache_header=x-clonestage-token=$token" <<<"$handed"
 fi
 
 # --- as uid 65534, while the build runs --------------------------------------------------

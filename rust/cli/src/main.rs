@@ -105,20 +105,26 @@ enum Cmd {
     },
     /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
     Bench(bench::BenchArgs),
-    /// Print the Bazel flag that reaches the running server (exit 3 when none runs).
+    /// Print the Bazel flag that reaches the running server (exit 3 when none runs): the unix
+    /// socket executor, for Bazel 6+ (4.x/5.x exit 37 on it without a message; see --for-bazel).
     Address {
         /// The loopback TCP executor (Bazel < 6 cannot use unix sockets). It needs the token
         /// header, which is never printed: Bazel reads both from the file --bazelrc prints.
-        #[arg(long, conflicts_with = "bazelrc")]
+        #[arg(long, conflicts_with_all = ["bazelrc", "for_bazel"])]
         tcp: bool,
         /// The path of the private (0600) rc file with the TCP executor and token header, for
         /// `bazel --bazelrc=PATH ...` or a `try-import PATH` line in ~/.bazelrc.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "for_bazel")]
         bazelrc: bool,
         /// Exit 4, naming both versions, when the running server is another clonestage
         /// version than this one (tools/bazel then restarts it with its own).
         #[arg(long)]
         same_version: bool,
+        /// The ~/.bazelrc line for this Bazel version (`7.4.1`, `bazel 5.4.1`, `6`): the unix
+        /// executor for 6+, `try-import <the --bazelrc file>` for 4.x/5.x (exit 2 if VERSION
+        /// names no release). Both stay valid across server restarts.
+        #[arg(long, value_name = "VERSION")]
+        for_bazel: Option<String>,
     },
     /// Whether a server is up for the cache (pid, version, socket, TCP port; never the
     /// token), the cache's filesystem, and how and why it stages there (exit 0 up, 3 down).
@@ -224,8 +230,18 @@ fn main() -> ExitCode {
         Cmd::Address {
             tcp,
             bazelrc,
+            for_bazel,
             same_version,
-        } => commands::address(&cache, tcp, bazelrc, same_version),
+        } => commands::address(
+            &cache,
+            match (tcp, bazelrc, for_bazel) {
+                (_, _, Some(v)) => commands::AddressMode::ForBazel(v),
+                (true, _, _) => commands::AddressMode::Tcp,
+                (_, true, _) => commands::AddressMode::Bazelrc,
+                _ => commands::AddressMode::Unix,
+            },
+            same_version,
+        ),
         Cmd::Status => commands::status(&cache),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
     };

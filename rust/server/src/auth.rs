@@ -18,7 +18,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use tonic::{Request, Status};
 
-/// The header Bazel sends with `--remote_header=x-clonestage-token=...`.
+/// The header Bazel sends with `--remote_exec_header=x-clonestage-token=...` and the same
+/// `--remote_cache_header`.
 pub const TOKEN_HEADER: &str = "x-clonestage-token";
 
 /// 32 bytes from /dev/urandom as 64 hex digits.
@@ -107,7 +108,8 @@ fn existing_token(path: &Path) -> std::result::Result<Option<String>, String> {
 /// The Bazel rc lines that reach this server over TCP, written 0600 to `path`. The executor
 /// is repeated for the commands that inherit `build` so that a `test --remote_executor=...`
 /// in a workspace rc read earlier cannot send this token elsewhere; the header (a repeatable
-/// flag) is given once.
+/// flag) is given once, for executor and cache calls only: `--remote_header` would also go
+/// to a team's `--experimental_remote_downloader` (Bazel 4.2.3 sends it with FetchBlob).
 pub(crate) fn write_bazelrc(path: &Path, cache: &Path, port: u16, token: &str) -> Result<()> {
     let mut text = format!(
         "# Written by `clonestage serve` for the cache {}: its loopback TCP address and token.\n\
@@ -116,7 +118,8 @@ pub(crate) fn write_bazelrc(path: &Path, cache: &Path, port: u16, token: &str) -
          # Bazel (--bazelrc); without the launcher, `try-import` it from ~/.bazelrc. Port and\n\
          # token survive server restarts; the server removes this file when it stops.\n\
          build --remote_executor=grpc://127.0.0.1:{port}\n\
-         build --remote_header={TOKEN_HEADER}={token}\n",
+         build --remote_exec_header={TOKEN_HEADER}={token}\n\
+         build --remote_cache_header={TOKEN_HEADER}={token}\n",
         cache.display()
     );
     for cmd in BUILD_LIKE {
@@ -254,8 +257,17 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         let rules: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(rules[0], "build --remote_executor=grpc://127.0.0.1:4321");
-        assert_eq!(rules[1], "build --remote_header=x-clonestage-token=t0k");
-        assert_eq!(text.matches("--remote_header").count(), 1);
+        // Executor and cache only: a --remote_header would also go to a team's
+        // --experimental_remote_downloader (seen with Bazel 4.2.3).
+        assert_eq!(
+            rules[1],
+            "build --remote_exec_header=x-clonestage-token=t0k"
+        );
+        assert_eq!(
+            rules[2],
+            "build --remote_cache_header=x-clonestage-token=t0k"
+        );
+        assert!(!text.contains("--remote_header"));
         assert!(rules.contains(&"test --remote_executor=grpc://127.0.0.1:4321"));
     }
 }

@@ -100,13 +100,14 @@ async fn files_are_private_and_address_prints_bazel_flags() {
     let text = std::fs::read_to_string(&rc).unwrap();
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(
-        &lines[..2],
+        &lines[..3],
         [
             format!("build --remote_executor=grpc://127.0.0.1:{port}"),
-            format!("build --remote_header=x-clonestage-token={token}"),
+            format!("build --remote_exec_header=x-clonestage-token={token}"),
+            format!("build --remote_cache_header=x-clonestage-token={token}"),
         ]
     );
-    assert!(lines[2..]
+    assert!(lines[3..]
         .iter()
         .all(|l| l.ends_with(&format!(" --remote_executor=grpc://127.0.0.1:{port}"))));
     s.stop().await;

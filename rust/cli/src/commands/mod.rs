@@ -1,11 +1,14 @@
 //! One function per subcommand. They open the cache, call the engine, and print; exit codes:
-//! 0 success, 1 failure (message on stderr), 3 `address`/`status`/`stop` with no server
-//! running, 4 `address --same-version` finding a server of another version.
+//! 0 success, 1 failure (message on stderr), 2 `address --for-bazel` with a version naming no
+//! release, 3 `address`/`status`/`stop` with no server running, 4 `address --same-version`
+//! finding a server of another version.
 
+mod address;
 mod stage;
 mod stats;
 mod status;
 
+pub use address::{address, AddressMode};
 pub use stage::{stage, StageArgs};
 pub use stats::stats;
 pub use status::status;
@@ -65,37 +68,6 @@ pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
         r.pinned_roots
     );
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn address(
-    cache: &Path,
-    tcp: bool,
-    bazelrc: bool,
-    same_version: bool,
-) -> anyhow::Result<ExitCode> {
-    if same_version {
-        if let Err(m) = clonestage_server::check_same_version(cache) {
-            eprintln!("clonestage: {m}");
-            return Ok(ExitCode::from(4));
-        }
-    }
-    let lines = if bazelrc {
-        clonestage_server::tcp_bazelrc(cache).map(|p| vec![p.display().to_string()])
-    } else {
-        clonestage_server::address(cache, tcp)
-    };
-    match lines {
-        Ok(lines) => {
-            for l in lines {
-                println!("{l}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("clonestage: {e:#}");
-            Ok(ExitCode::from(3))
-        }
-    }
 }
 
 /// `clonestage stop`: 0 once the server released the cache, 3 when none was running, 1 when

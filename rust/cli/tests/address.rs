@@ -1,0 +1,127 @@
+//! `clonestage address`: the lines users without the launcher paste into ~/.bazelrc.
+//! `--for-bazel VERSION` gives Bazel 6+ the unix socket and 4.x/5.x a `try-import` of the
+//! server's private TCP rc file (Bazel 4.2.3 exits 37 without a message on `unix:`); the
+//! bare form, which prints the unix executor, says on stderr that it is for Bazel 6+.
+
+use std::path::Path;
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+fn cs(cache: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(cache)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(cache: &Path) -> Server {
+    // Nothing runs an action here: any executable serves as the wrapper.
+    let server = Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(cache)
+        .args(["serve", "--spawn", "/bin/true", "--jobs", "1"])
+        .env("CLONESTAGE_PRESPAWN", "0")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Server(server);
+    let t0 = Instant::now();
+    while !cs(cache, &["address", "--tcp"]).status.success() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "server never ready");
+        assert!(server.0.try_wait().unwrap().is_none(), "serve ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+#[test]
+fn for_bazel_prints_the_rc_line_that_version_can_use() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let none = cs(&cache, &["address", "--for-bazel", "7.4.1"]);
+    assert_eq!(none.status.code(), Some(3), "{none:?}");
+    assert!(
+        stderr(&none).contains("no clonestage server is running"),
+        "{none:?}"
+    );
+
+    let _server = serve(&cache);
+    let real = cache.canonicalize().unwrap();
+    let sock = real.join("server/clonestage.sock");
+    let rc = real.join("server/tcp.bazelrc");
+
+    for v in ["6", "7.4.1", "bazel 8.0.0", "release 9.0.0rc1"] {
+        let o = cs(&cache, &["address", "--for-bazel", v]);
+        assert_eq!(o.status.code(), Some(0), "{v}: {o:?}");
+        assert_eq!(
+            stdout(&o),
+            format!("build --remote_executor=unix://{}\n", sock.display()),
+            "{v}"
+        );
+    }
+    for v in ["4.2.3", "bazel 5.4.1", "5"] {
+        let o = cs(&cache, &["address", "--for-bazel", v]);
+        assert_eq!(o.status.code(), Some(0), "{v}: {o:?}");
+        assert_eq!(stdout(&o), format!("try-import {}\n", rc.display()), "{v}");
+    }
+    // The line names a file that holds the executor and the token, readable by its owner only.
+    let text = std::fs::read_to_string(&rc).unwrap();
+    assert!(
+        text.contains("--remote_executor=grpc://127.0.0.1:"),
+        "{text}"
+    );
+    assert!(text.contains("x-clonestage-token="), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&rc).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // A development build says no version: refuse, naming what to pass.
+    let bad = cs(&cache, &["address", "--for-bazel", "bazel no_version"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(stdout(&bad).is_empty(), "{bad:?}");
+    assert!(stderr(&bad).contains("--for-bazel 7.4.1"), "{bad:?}");
+
+    // --for-bazel takes the place of --tcp and --bazelrc, never both.
+    let both = cs(&cache, &["address", "--tcp", "--for-bazel", "7"]);
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+}
+
+#[test]
+fn the_bare_unix_line_says_it_is_for_bazel_6_and_later() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let _server = serve(&cache);
+    let o = cs(&cache, &["address"]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // stdout stays the one flag the launcher reads.
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with("--remote_executor=unix://"), "{out}");
+    let err = stderr(&o);
+    assert!(err.contains("Bazel 6+"), "{err}");
+    assert!(err.contains("--for-bazel VERSION"), "{err}");
+    // The TCP forms are for scripts: no note.
+    let tcp = cs(&cache, &["address", "--tcp"]);
+    assert!(stderr(&tcp).is_empty(), "{tcp:?}");
+}
