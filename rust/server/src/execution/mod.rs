@@ -11,6 +11,7 @@
 //! tampering, and without the Action's `do_not_cache`.
 
 mod action;
+pub(crate) mod apple_env;
 mod metadata;
 pub(crate) mod operations;
 mod outputs;
