@@ -78,6 +78,9 @@ pub(crate) struct AppleEnv {
     tools: Option<Tools>,
     cache: Mutex<HashMap<Key, Resolved>>,
     said_pass_through: AtomicBool,
+    /// Keys whose failure was logged as a warning: Bazel's `--remote_local_fallback` runs
+    /// such an action locally without a word, so the server's log says it, once per key.
+    warned: Mutex<HashSet<Key>>,
 }
 
 impl AppleEnv {
@@ -100,6 +103,7 @@ impl AppleEnv {
             tools,
             cache: Mutex::new(HashMap::new()),
             said_pass_through: AtomicBool::new(false),
+            warned: Mutex::new(HashSet::new()),
         }
     }
 
@@ -136,7 +140,15 @@ impl AppleEnv {
             Some(r) => r,
             None => {
                 // Not under the lock: a slow xcrun must not hold up other keys' actions.
-                let r = resolve(tools, &key)?;
+                let r = match resolve(tools, &key) {
+                    Ok(r) => r,
+                    Err(f) => {
+                        if self.warned.lock().unwrap().insert(key) {
+                            tracing::warn!(error = %f.message(), "an Apple action cannot run here (said once per Xcode/SDK asked for)");
+                        }
+                        return Err(f);
+                    }
+                };
                 tracing::info!(
                     version = key.version.as_deref().unwrap_or("-"),
                     platform = key.platform.as_deref().unwrap_or("-"),
