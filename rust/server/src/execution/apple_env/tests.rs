@@ -198,7 +198,11 @@ fn a_failed_lookup_is_not_cached() {
     assert!(env.additions(&v).is_err());
     assert!(env.additions(&v).is_err());
     assert!(env.additions(&vars(&[(XCODE_VERSION, "15.4")])).is_err());
-    assert_eq!(env.warned.lock().unwrap().len(), 2, "one warning per key asked for");
+    assert_eq!(
+        env.warned.lock().unwrap().len(),
+        2,
+        "one warning per key asked for"
+    );
     assert_eq!(h.calls("xcode-select"), 3, "each failed lookup asked again");
     h.xcode("Applications/Xcode_15.3.app", "15.3", Some("15E204a"));
     let add = env.additions(&v).unwrap();
