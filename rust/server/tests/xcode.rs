@@ -51,7 +51,8 @@ fn env_cmd(vars: &[(&str, &str)]) -> pb::Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apple_actions_get_developer_dir_sdkroot_and_tmpdir() {
     let tools = tempfile::tempdir().unwrap();
-    let t = tools.path();
+    // Canonical: on macOS /var is a symlink, and bundles are reported by their real paths.
+    let t = &tools.path().canonicalize().unwrap();
     let x14 = xcode(t, "Xcode_14.3.1.app", "14.3.1", "14E300");
     let x15 = xcode(t, "Xcode_15.2.app", "15.2", "15C500b");
     stub(t, "xcode-select", &format!("echo '{x14}'"));

@@ -9,15 +9,20 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 struct Host {
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
+    /// The temp dir canonical (on macOS /var is a symlink to /private/var, and the bundles
+    /// found are reported by their real paths).
+    root: PathBuf,
 }
 
 impl Host {
     /// Xcode 14.3.1 (14E300, selected) and 15.2 (15C500b) in Applications; Spotlight also
     /// knows a 16.0 beta on a mounted volume.
     fn new() -> Host {
+        let dir = tempfile::tempdir().unwrap();
         let h = Host {
-            dir: tempfile::tempdir().unwrap(),
+            root: dir.path().canonicalize().unwrap(),
+            _dir: dir,
         };
         h.xcode("Applications/Xcode_14.3.1.app", "14.3.1", Some("14E300"));
         h.xcode("Applications/Xcode_15.2.app", "15.2", Some("15C500b"));
@@ -39,7 +44,7 @@ esac"#,
     }
 
     fn p(&self) -> &Path {
-        self.dir.path()
+        &self.root
     }
 
     fn xcode(&self, rel: &str, short: &str, build: Option<&str>) {
