@@ -79,6 +79,7 @@ printf '<plist><dict><key>CFBundleShortVersionString</key><string>15.2</string><
   >"$tools/Applications/Xcode_15.2.app/Contents/version.plist"
 printf '#!/bin/sh\necho %s\n' "$dev" >"$tools/xcode-select"
 printf '#!/bin/sh\nexit 0\n' >"$tools/mdfind"
+# shellcheck disable=SC2016 # the stub expands its own $2 and $DEVELOPER_DIR when it runs
 printf '#!/bin/sh\ncase "$2" in iphonesimulator17.2) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac\n' >"$tools/xcrun"
 chmod 755 "$tools/xcode-select" "$tools/mdfind" "$tools/xcrun"
 
