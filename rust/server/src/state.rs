@@ -4,6 +4,7 @@
 
 use crate::ac_store::AcStore;
 use crate::bytestream::Uploads;
+use crate::execution::apple_env::AppleEnv;
 use crate::execution::operations::Operations;
 use crate::execution::prespawn::Pool;
 use crate::execution::workdir::Janitor;
@@ -21,6 +22,8 @@ pub(crate) struct State {
     pub layout: Layout,
     pub ac: AcStore,
     pub spawn: PathBuf,
+    /// DEVELOPER_DIR/SDKROOT/TMPDIR for Apple actions (`execution::apple_env`).
+    pub apple: AppleEnv,
     /// Wrappers started ahead of time (`execution::prespawn`).
     pub prespawn: Pool,
     pub jobs: Arc<Semaphore>,
@@ -82,6 +85,7 @@ impl State {
             ac,
             prespawn: Pool::start(&spawn, prespawn_size(jobs)),
             spawn,
+            apple: AppleEnv::for_this_host(),
             jobs: Arc::new(Semaphore::new(jobs.max(1))),
             ops: Operations::new(id),
             uploads: Uploads::default(),

@@ -40,6 +40,9 @@ pub(crate) enum Failure {
         what: String,
     },
     NotFound(String),
+    /// The host is not in the state the action needs (e.g. the Xcode it names is not
+    /// installed); no MISSING violations, so Bazel does not upload and retry.
+    FailedPrecondition(String),
     Unavailable(String),
     /// The cache's filesystem (or the user's quota) is full.
     ResourceExhausted(String),
@@ -52,6 +55,7 @@ impl Failure {
             Failure::InvalidArgument(_) => Code::InvalidArgument,
             Failure::Missing { .. } => Code::FailedPrecondition,
             Failure::NotFound(_) => Code::NotFound,
+            Failure::FailedPrecondition(_) => Code::FailedPrecondition,
             Failure::Unavailable(_) => Code::Unavailable,
             Failure::ResourceExhausted(_) => Code::ResourceExhausted,
             Failure::Internal(_) => Code::Internal,
@@ -73,6 +77,7 @@ impl Failure {
         match self {
             Failure::InvalidArgument(m)
             | Failure::NotFound(m)
+            | Failure::FailedPrecondition(m)
             | Failure::Unavailable(m)
             | Failure::ResourceExhausted(m)
             | Failure::Internal(m) => m.clone(),

@@ -8,9 +8,12 @@
 //! (with the result, for its logs) when a hardlinked input of the root was written through
 //! during the run, by the action or by another one sharing the inode.
 //! A result is recorded in the action cache only for exit code 0, no timeout, no input
-//! tampering, and without the Action's `do_not_cache`.
+//! tampering, and without the Action's `do_not_cache`. Apple actions get the DEVELOPER_DIR,
+//! SDKROOT and TMPDIR Bazel's local provider would give them (`apple_env`; docs/xcode.md);
+//! an Xcode the host lacks is FAILED_PRECONDITION with a message.
 
 mod action;
+pub(crate) mod apple_env;
 mod metadata;
 pub(crate) mod operations;
 mod outputs;

@@ -62,6 +62,8 @@ pub(crate) fn run(
     mut t: Timeline,
 ) -> Result<Executed, Failure> {
     t.worker_start = now();
+    // Before staging: an Xcode that is not installed fails the action before any work.
+    let apple = state.apple.additions(&p.command.environment_variables)?;
     let work = WorkDir::create(&state.layout.work_dir())?;
     let root = work.root();
     t.fetch_start = now();
@@ -99,6 +101,7 @@ pub(crate) fn run(
         .environment_variables
         .iter()
         .map(|v| (v.name.as_str(), v.value.as_str()))
+        .chain(apple.iter().map(|(k, v)| (*k, v.as_str())))
         .collect();
     t.exec_start = now();
     let ran = spawn::run(
