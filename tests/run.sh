@@ -34,6 +34,9 @@ cargo test --release --manifest-path rust/Cargo.toml --workspace
 step "transport: grpcio over the unix socket with each :authority form; another uid refused"
 bash tests/transport/run.sh
 
+step "xcode: the Apple environment (DEVELOPER_DIR/SDKROOT) through Bazel 4.2.3 on stub Xcode tools (tests/xcode)"
+bash tests/xcode/run.sh
+
 step "buildifier"
 if [ ! -x "$BUILDIFIER" ]; then
     echo "buildifier not found at $BUILDIFIER (run .ci/install.sh)" >&2
