@@ -175,14 +175,15 @@ impl ContentAddressableStorage for CasService {
             Ok(digests
                 .into_iter()
                 .map(|d| {
-                    let (data, status) = match cache.read(&d) {
-                        Ok(Some(data)) if compressor == ZSTD => (zstd::compress(&data), ok()),
-                        Ok(Some(data)) => (data, ok()),
+                    let (data, compressor, status) = match cache.read(&d) {
+                        Ok(Some(data)) if compressor == ZSTD => (zstd::compress(&data), ZSTD, ok()),
+                        Ok(Some(data)) => (data, IDENTITY, ok()),
                         Ok(None) => (
                             vec![],
+                            IDENTITY,
                             err(&Failure::NotFound(format!("blob {d} not in the CAS"))),
                         ),
-                        Err(e) => (vec![], err(&Failure::from(e))),
+                        Err(e) => (vec![], IDENTITY, err(&Failure::from(e))),
                     };
                     pb::batch_read_blobs_response::Response {
                         digest: Some(d.to_proto()),

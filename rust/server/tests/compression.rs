@@ -590,6 +590,20 @@ async fn batch_calls_take_and_give_zstd() {
         assert_eq!(resp.compressor, ZSTD);
         assert_eq!(&unzstd(&resp.data), want);
     }
+    // A missing blob: NOT_FOUND, no data, so nothing claims to be compressed.
+    let r = c
+        .cas
+        .batch_read_blobs(pb::BatchReadBlobsRequest {
+            digests: vec![Digest::of_bytes(b"absent").to_proto()],
+            acceptable_compressors: vec![ZSTD],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let resp = &r.responses[0];
+    assert_eq!(resp.status.as_ref().unwrap().code, Code::NotFound as i32);
+    assert_eq!((resp.compressor, resp.data.len()), (0, 0));
     // Without acceptable_compressors: identity.
     assert_eq!(c.read(&da).await, a);
     s.stop().await;
