@@ -478,6 +478,33 @@ mod tests {
     }
 
     #[test]
+    fn mutated_streams_end_in_a_result_never_a_panic() {
+        let blob = sample(20_000);
+        let mut z = fastest(&blob);
+        z.extend(compress(&blob[..300]));
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..3000 {
+            let mut m = z.clone();
+            for _ in 0..1 + next() % 4 {
+                let i = (next() as usize) % m.len();
+                match next() % 3 {
+                    0 => m[i] = next() as u8,
+                    1 => m.truncate(i.max(1)),
+                    _ => m.insert(i, next() as u8),
+                }
+            }
+            let step = 1 + (next() as usize) % 5000;
+            let _ = all(&mut Decompressor::new(20_300), &m, step);
+        }
+    }
+
+    #[test]
     fn a_bomb_stops_near_the_limit() {
         // 16 GiB of RLE blocks behind a frame with a 2 MiB window, claimed to be 10 bytes.
         let mut z = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58];
