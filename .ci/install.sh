@@ -36,12 +36,13 @@ if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
     (cd "$TOOLS" && npm install --silent --no-audit --no-fund @bazel/buildifier >/dev/null)
 fi
 # grpcio (and protobuf) in a venv there: the independent REAPI client of tests/transport
-# (>= 1.57: the %-encoded :authority grpc-core sends on a unix socket) and tests/reliability.
-if ! "$TOOLS/venv/bin/python" -c 'import grpc, google.protobuf' >/dev/null 2>&1; then
-    log "pip install grpcio protobuf into $TOOLS/venv"
+# (>= 1.57: the %-encoded :authority grpc-core sends on a unix socket) and tests/reliability;
+# zstandard for tests/compression.
+if ! "$TOOLS/venv/bin/python" -c 'import grpc, google.protobuf, zstandard' >/dev/null 2>&1; then
+    log "pip install grpcio protobuf zstandard into $TOOLS/venv"
     mkdir -p "$TOOLS"
-    python3 -m venv "$TOOLS/venv"
-    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' 'protobuf>=4,<7' >/dev/null
+    [ -x "$TOOLS/venv/bin/pip" ] || python3 -m venv "$TOOLS/venv"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' 'protobuf>=4,<7' 'zstandard>=0.22,<1' >/dev/null
 fi
 # The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
 if ! cargo fuzz --help >/dev/null 2>&1; then

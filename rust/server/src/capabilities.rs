@@ -1,4 +1,7 @@
-//! Capabilities: what this server tells clients it does. SHA-256 only, execution enabled,
+//! Capabilities: what this server tells clients it does. SHA-256 only (`digest_functions`,
+//! v2.3; requests naming another function are refused, see `status::check_digest_function`),
+//! zstd for ByteStream `compressed-blobs` and batch calls (Bazel 7+ `--remote_cache_compression`
+//! checks `supported_compressors`), execution enabled,
 //! action cache updates allowed, batch limits, symlinks with relative targets only (inputs with
 //! absolute or escaping targets are refused), and API versions 2.0 through 2.3, which covers
 //! Bazel 4.2.3 (2.0: `output_files`/`output_directories`) through 8.x (2.1+: `output_paths`).
@@ -28,6 +31,7 @@ fn version(major: i32, minor: i32) -> SemVer {
 
 pub(crate) fn server_capabilities() -> pb::ServerCapabilities {
     let sha256 = pb::digest_function::Value::Sha256 as i32;
+    let zstd = pb::compressor::Value::Zstd as i32;
     pb::ServerCapabilities {
         cache_capabilities: Some(pb::CacheCapabilities {
             digest_functions: vec![sha256],
@@ -37,6 +41,8 @@ pub(crate) fn server_capabilities() -> pb::ServerCapabilities {
             max_batch_total_size_bytes: MAX_BATCH_TOTAL_SIZE,
             symlink_absolute_path_strategy: pb::symlink_absolute_path_strategy::Value::Disallowed
                 as i32,
+            supported_compressors: vec![zstd],
+            supported_batch_update_compressors: vec![zstd],
             ..Default::default()
         }),
         execution_capabilities: Some(pb::ExecutionCapabilities {

@@ -1,8 +1,10 @@
 //! ContentAddressableStorage: FindMissingBlobs, BatchUpdateBlobs (each blob verified against
-//! its digest; a blob that lies gets INVALID_ARGUMENT in its own slot), BatchReadBlobs and
-//! GetTree, all over the engine's cache. The chunking RPCs (SplitBlob, SpliceBlob, ...) are
+//! its digest; a blob that lies gets INVALID_ARGUMENT in its own slot; zstd entries are
+//! decompressed first, bounded by the digest's size), BatchReadBlobs (zstd when the client
+//! lists it in `acceptable_compressors`) and GetTree, all over the engine's cache. The chunking RPCs (SplitBlob, SpliceBlob, ...) are
 //! not offered: Capabilities does not advertise them.
 
+use crate::bytestream::zstd;
 use crate::capabilities::MAX_BATCH_TOTAL_SIZE;
 use crate::state::State;
 use crate::status::{blocking, check_digest_function, digest_arg, Failure};
@@ -40,13 +42,30 @@ fn err(f: &Failure) -> Option<rpc::Status> {
     })
 }
 
-fn check_identity(c: i32, what: &str) -> Result<(), Failure> {
-    if c == pb::compressor::Value::Identity as i32 {
-        Ok(())
-    } else {
-        Err(Failure::InvalidArgument(format!(
-            "{what}: compressor {c} is not supported (none is advertised)"
-        )))
+const IDENTITY: i32 = pb::compressor::Value::Identity as i32;
+const ZSTD: i32 = pb::compressor::Value::Zstd as i32;
+
+/// The bytes of one BatchUpdateBlobs entry, decompressed if it says so.
+fn entry_bytes(
+    r: pb::batch_update_blobs_request::Request,
+    d: &Digest,
+    what: &str,
+) -> Result<Vec<u8>, Failure> {
+    match r.compressor {
+        IDENTITY => Ok(r.data),
+        // Bounded: a batch blob is at most the batch limit uncompressed, so a highly
+        // compressible one cannot make the server hold gigabytes.
+        ZSTD if d.size as i64 > MAX_BATCH_TOTAL_SIZE => Err(Failure::InvalidArgument(format!(
+            "{what}: blob {d} exceeds max_batch_total_size_bytes {MAX_BATCH_TOTAL_SIZE} uncompressed; use ByteStream"
+        ))),
+        ZSTD => zstd::decompress(&r.data, d.size)
+            .map_err(|f| Failure::InvalidArgument(format!("{what}: {}", f.message()))),
+        c => Err(Failure::InvalidArgument(format!(
+            "{what}: compressor {} is not supported (identity and ZSTD are)",
+            pb::compressor::Value::try_from(c)
+                .map(|v| v.as_str_name().to_string())
+                .unwrap_or_else(|_| c.to_string())
+        ))),
     }
 }
 
@@ -98,18 +117,17 @@ impl ContentAddressableStorage for CasService {
                 .map(|(i, r)| {
                     let what = format!("requests[{i}]");
                     let d = r.digest.clone();
-                    let res = digest_arg(r.digest.as_ref(), &what)
-                        .and_then(|d| check_identity(r.compressor, &what).map(|_| d))
-                        .and_then(|d| {
-                            if r.data.len() as u64 != d.size {
-                                return Err(Failure::InvalidArgument(format!(
-                                    "{what}: digest {d} says {} bytes, data has {}",
-                                    d.size,
-                                    r.data.len()
-                                )));
-                            }
-                            cache.put_bytes(&r.data, Some(&d)).map_err(Failure::from)
-                        });
+                    let res = digest_arg(r.digest.as_ref(), &what).and_then(|d| {
+                        let data = entry_bytes(r, &d, &what)?;
+                        if data.len() as u64 != d.size {
+                            return Err(Failure::InvalidArgument(format!(
+                                "{what}: digest {d} says {} bytes, data has {}",
+                                d.size,
+                                data.len()
+                            )));
+                        }
+                        cache.put_bytes(&data, Some(&d)).map_err(Failure::from)
+                    });
                     pb::batch_update_blobs_response::Response {
                         digest: d,
                         status: match &res {
@@ -146,23 +164,31 @@ impl ContentAddressableStorage for CasService {
             ))
             .into());
         }
+        // zstd only when the client lists it (REAPI: the server may pick any it accepts).
+        let compressor = if req.acceptable_compressors.contains(&ZSTD) {
+            ZSTD
+        } else {
+            IDENTITY
+        };
         let cache = self.state.cache.clone();
         let responses = blocking(move || {
             Ok(digests
                 .into_iter()
                 .map(|d| {
-                    let (data, status) = match cache.read(&d) {
-                        Ok(Some(data)) => (data, ok()),
+                    let (data, compressor, status) = match cache.read(&d) {
+                        Ok(Some(data)) if compressor == ZSTD => (zstd::compress(&data), ZSTD, ok()),
+                        Ok(Some(data)) => (data, IDENTITY, ok()),
                         Ok(None) => (
                             vec![],
+                            IDENTITY,
                             err(&Failure::NotFound(format!("blob {d} not in the CAS"))),
                         ),
-                        Err(e) => (vec![], err(&Failure::from(e))),
+                        Err(e) => (vec![], IDENTITY, err(&Failure::from(e))),
                     };
                     pb::batch_read_blobs_response::Response {
                         digest: Some(d.to_proto()),
                         data,
-                        compressor: pb::compressor::Value::Identity as i32,
+                        compressor,
                         status,
                     }
                 })

@@ -1,12 +1,22 @@
 //! ByteStream: streamed reads of CAS blobs (with offset and limit) and streamed writes into
 //! the CAS, verified against the digest in the resource name before the blob is installed.
 //! Writes resume: see `uploads`. A Write for a blob the CAS already holds answers at once with
-//! the full size, as REAPI allows, so the client stops sending.
+//! the full size (-1 for a compressed upload), as REAPI says, so the client stops sending.
+//!
+//! zstd `compressed-blobs` (REAPI; Bazel 7+ `--remote_cache_compression`): a compressed Write
+//! is decompressed as it streams in (`zstd`), bounded by the digest's size, and verified like
+//! any other; its offsets and committed sizes count compressed bytes from 0, which is what
+//! Bazel's uploader sends, expects back (`committed_size` == compressed bytes sent, or -1) and
+//! resumes at. A compressed Read is compressed on the fly from `read_offset`, an offset into
+//! the uncompressed blob; a `read_limit` on it is INVALID_ARGUMENT, as the spec says.
 
 mod resource;
 mod uploads;
+pub(crate) mod zstd;
 
 pub(crate) use uploads::Uploads;
+
+use resource::Encoding;
 
 use crate::state::State;
 use crate::status::{blocking, Failure};
@@ -48,6 +58,39 @@ fn read_small(
     Ok(buf)
 }
 
+/// Exactly `left` bytes of `inner`: a file that ends early is an error (as `read_exact` makes
+/// it for plain reads), not a shorter blob compressed.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let want = buf.len().min(self.left as usize);
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{} bytes short of the digest's size", self.left),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// A failure about a resource, with its name in the message (InvalidArgument ones).
+fn in_name(name: &str, f: Failure) -> Failure {
+    match f {
+        Failure::InvalidArgument(m) => Failure::InvalidArgument(format!("{name}: {m}")),
+        f => f,
+    }
+}
+
 pub(crate) struct ByteStreamService {
     pub state: Arc<State>,
 }
@@ -61,7 +104,8 @@ impl ByteStream for ByteStreamService {
         request: Request<bs::ReadRequest>,
     ) -> Result<Response<Self::ReadStream>, Status> {
         let req = request.into_inner();
-        let d = resource::parse_read(&req.resource_name)?;
+        let blob = resource::parse_read(&req.resource_name)?;
+        let d = blob.digest;
         if req.read_offset < 0 || req.read_offset as u64 > d.size {
             return Err(Status::out_of_range(format!(
                 "read_offset {} outside blob {d} of {} bytes",
@@ -75,6 +119,14 @@ impl ByteStream for ByteStreamService {
             ))
             .into());
         }
+        let zstd = blob.encoding == Encoding::Zstd;
+        if zstd && req.read_limit != 0 {
+            return Err(Failure::InvalidArgument(format!(
+                "{}: read_limit {} on a compressed blob (REAPI allows none)",
+                req.resource_name, req.read_limit
+            ))
+            .into());
+        }
         let offset = req.read_offset as u64;
         let len = match req.read_limit {
             0 => d.size - offset,
@@ -84,7 +136,10 @@ impl ByteStream for ByteStreamService {
         if len <= INLINE_READ {
             // Small blobs (most outputs Bazel downloads): read here, one message, no hops.
             // Errors (a missing blob) answer the call itself, as below.
-            let data = read_small(&cache, &d, offset, len)?;
+            let mut data = read_small(&cache, &d, offset, len)?;
+            if zstd {
+                data = zstd::compress(&data);
+            }
             let (tx, rx) = tokio::sync::mpsc::channel(1);
             // Nothing to send for zero bytes, as below.
             if !data.is_empty() {
@@ -108,6 +163,21 @@ impl ByteStream for ByteStreamService {
                         tx.blocking_send(Err(Status::internal(format!("seek in blob {d}: {e}"))));
                     return;
                 }
+            }
+            if zstd {
+                // One frame of the rest of the blob, in READ_CHUNK pieces; stops when the
+                // client goes away.
+                let exact = Exact {
+                    inner: file,
+                    left: len,
+                };
+                let sent = zstd::compress_stream(exact, READ_CHUNK, |data| {
+                    tx.blocking_send(Ok(bs::ReadResponse { data })).is_ok()
+                });
+                if let Err(e) = sent {
+                    let _ = tx.blocking_send(Err(Status::internal(format!("read blob {d}: {e}"))));
+                }
+                return;
             }
             let mut left = len;
             while left > 0 {
@@ -137,34 +207,42 @@ impl ByteStream for ByteStreamService {
             return Err(Failure::InvalidArgument("Write without any request".into()).into());
         };
         let name = first.resource_name.clone();
-        let d = resource::parse_write(&name)?;
+        let blob = resource::parse_write(&name)?;
+        let d = blob.digest;
+        let zstd = blob.encoding == Encoding::Zstd;
+        // What a Write of a blob the CAS holds answers (REAPI: -1 for compressed uploads).
+        let already = if zstd { -1 } else { d.size as i64 };
         let cache = self.state.cache.clone();
         if cache.contains(&d) {
             self.state.uploads.remove(&name);
             return Ok(Response::new(bs::WriteResponse {
-                committed_size: d.size as i64,
+                committed_size: already,
             }));
         }
         if first.write_offset == 0
             && first.finish_write
-            && first.data.len() as u64 == d.size
             && d.size <= INLINE_WRITE
+            && (zstd || first.data.len() as u64 == d.size)
         {
             // A small blob in one message (Bazel's Action and Directory uploads): verify and
             // install it here instead of through an upload session and the blocking pool.
             self.state.uploads.remove(&name);
-            cache
-                .put_bytes(&first.data, Some(&d))
-                .map_err(Failure::from)?;
+            let sent = first.data.len();
+            let data = if zstd {
+                zstd::decompress(&first.data, d.size).map_err(|f| in_name(&name, f))?
+            } else {
+                first.data
+            };
+            cache.put_bytes(&data, Some(&d)).map_err(Failure::from)?;
             return Ok(Response::new(bs::WriteResponse {
-                committed_size: d.size as i64,
+                committed_size: sent as i64,
             }));
         }
         let session = self.state.uploads.get_or_create(&name);
         let mut s = session.lock().await;
         s.last_used = Instant::now();
         if first.write_offset == 0 {
-            s.upload = None;
+            s.clear();
         } else if first.write_offset as u64 != s.committed() {
             return Err(Failure::InvalidArgument(format!(
                 "{name}: write_offset {} but {} bytes are committed",
@@ -175,6 +253,7 @@ impl ByteStream for ByteStreamService {
         }
         if s.upload.is_none() {
             s.upload = Some(cache.new_upload().map_err(Failure::from)?);
+            s.zstd = zstd.then(|| zstd::Decompressor::new(d.size));
         }
         let mut msg = first;
         loop {
@@ -193,16 +272,26 @@ impl ByteStream for ByteStreamService {
                 ))
                 .into());
             }
-            if committed + msg.data.len() as u64 > d.size {
-                s.upload = None;
-                return Err(Failure::InvalidArgument(format!(
-                    "{name}: more than the {} bytes the digest says",
-                    d.size
-                ))
-                .into());
-            }
+            let s = &mut *s;
             let up = s.upload.as_mut().expect("upload created above");
-            up.write_chunk(&msg.data).map_err(Failure::from)?;
+            let wrote = match s.zstd.as_mut() {
+                Some(z) => z.feed(&msg.data, &mut |out| {
+                    up.write_chunk(out).map_err(Failure::from)
+                }),
+                None if committed + msg.data.len() as u64 > d.size => {
+                    Err(Failure::InvalidArgument(format!(
+                        "more than the {} bytes the digest says",
+                        d.size
+                    )))
+                }
+                None => up.write_chunk(&msg.data).map_err(Failure::from),
+            };
+            if let Err(f) = wrote {
+                // What was received cannot be continued: a retry starts over.
+                s.clear();
+                self.state.uploads.remove(&name);
+                return Err(in_name(&name, f).into());
+            }
             s.last_used = Instant::now();
             if msg.finish_write {
                 break;
@@ -218,8 +307,12 @@ impl ByteStream for ByteStreamService {
             }
         }
         let up = s.upload.take().expect("upload present");
+        let z = s.zstd.take();
         drop(s);
         self.state.uploads.remove(&name);
+        if let Some(z) = &z {
+            z.finish().map_err(|f| in_name(&name, f))?;
+        }
         if up.written != d.size {
             return Err(Failure::InvalidArgument(format!(
                 "{name}: finish_write after {} bytes, the digest says {}",
@@ -228,8 +321,10 @@ impl ByteStream for ByteStreamService {
             .into());
         }
         blocking(move || cache.commit_upload(up, &d).map_err(Failure::from)).await?;
+        // Bazel checks a compressed upload's committed_size against the compressed bytes it
+        // sent; an uncompressed one against the blob's size.
         Ok(Response::new(bs::WriteResponse {
-            committed_size: d.size as i64,
+            committed_size: z.map_or(d.size, |z| z.consumed()) as i64,
         }))
     }
 
@@ -238,11 +333,15 @@ impl ByteStream for ByteStreamService {
         request: Request<bs::QueryWriteStatusRequest>,
     ) -> Result<Response<bs::QueryWriteStatusResponse>, Status> {
         let name = request.into_inner().resource_name;
-        let d = resource::parse_write(&name)?;
+        let blob = resource::parse_write(&name)?;
+        let d = blob.digest;
         let cache = self.state.cache.clone();
         if blocking(move || Ok(cache.contains(&d))).await? {
             return Ok(Response::new(bs::QueryWriteStatusResponse {
-                committed_size: d.size as i64,
+                committed_size: match blob.encoding {
+                    Encoding::Zstd => -1,
+                    Encoding::Identity => d.size as i64,
+                },
                 complete: true,
             }));
         }

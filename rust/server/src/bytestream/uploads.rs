@@ -2,8 +2,12 @@
 //! its resource name (which holds the client's upload uuid) and keeps the engine `Upload`
 //! (a temp file in `<cache>/tmp/`) and how many bytes it holds. A Write at offset 0 starts
 //! over; one at the committed size continues; QueryWriteStatus reports the committed size.
+//! For a compressed upload the session also keeps the zstd decoder, and the committed size
+//! counts compressed bytes received: that is the offset Bazel's uploader resumes at (its
+//! Chunker seeks its compressed stream; see `zstd`).
 //! Sessions idle longer than `IDLE_LIMIT` are dropped (their temp file goes with them).
 
+use super::zstd::Decompressor;
 use clonestage_engine::cas::Upload;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,12 +17,25 @@ pub const IDLE_LIMIT: Duration = Duration::from_secs(15 * 60);
 
 pub(crate) struct Session {
     pub upload: Option<Upload>,
+    /// Present for a compressed upload in progress.
+    pub zstd: Option<Decompressor>,
     pub last_used: Instant,
 }
 
 impl Session {
+    /// Bytes received: uncompressed bytes, or compressed ones for a compressed upload.
     pub fn committed(&self) -> u64 {
-        self.upload.as_ref().map_or(0, |u| u.written)
+        match (&self.upload, &self.zstd) {
+            (Some(_), Some(z)) => z.consumed(),
+            (Some(u), None) => u.written,
+            (None, _) => 0,
+        }
+    }
+
+    /// Forget what was received (the temp file goes with the upload).
+    pub fn clear(&mut self) {
+        self.upload = None;
+        self.zstd = None;
     }
 }
 
@@ -42,6 +59,7 @@ impl Uploads {
             .or_insert_with(|| {
                 Arc::new(tokio::sync::Mutex::new(Session {
                     upload: None,
+                    zstd: None,
                     last_used: now,
                 }))
             })
