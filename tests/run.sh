@@ -37,6 +37,9 @@ bash tests/transport/run.sh
 step "xcode: the Apple environment (DEVELOPER_DIR/SDKROOT) through Bazel 4.2.3 on stub Xcode tools (tests/xcode)"
 bash tests/xcode/run.sh
 
+step "compression: zstd compressed-blobs, capabilities, BLAKE3 refused (grpcio + zstandard; tests/compression)"
+bash tests/compression/run.sh
+
 step "buildifier"
 if [ ! -x "$BUILDIFIER" ]; then
     echo "buildifier not found at $BUILDIFIER (run .ci/install.sh)" >&2
