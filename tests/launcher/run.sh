@@ -457,9 +457,11 @@ test_cargo_builds_missing_helper_once() {
   mkdir -p "$T/ws/rust"
   : >"$T/ws/rust/Cargo.toml"
   cp "$stubs/cargo" "$T/bin/cargo"
-  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage")
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CARGO_PWD_LOG="$T/cargo.pwd" STUB_CLONESTAGE="$stubs/clonestage")
   launch build //x
   check "cargo build ran" grep -q -- "build --release --manifest-path $T/ws/rust/Cargo.toml --bin clonestage" "$T/cargo.log"
+  # Inside the checkout, where cargo finds its .cargo/config.toml (the h2 [patch]).
+  check "cargo ran in the manifest's directory" equals "$(cat "$T/cargo.pwd")" "$(cd "$T/ws/rust" && pwd -P)"
   check "says it builds" stderr_has "building the helper once"
   check "flags added" args_are build "$UNIX_FLAG" //x
   launch build //x
