@@ -159,6 +159,13 @@ def make_patch(upstream_dir, vendored_dir):
         new = lines_of(b[rel], rel) if rel in b else []
         diff = list(difflib.unified_diff(old, new, f"a/{rel}" if rel in a else "/dev/null",
                                          f"b/{rel}" if rel in b else "/dev/null", n=3))
+        # Git-style file headers: Bazel's patch implementation (what http_archive runs with no
+        # patch_tool) reads a plain "--- a/next" after a hunk as a removed line and fails.
+        chunks.append(f"diff --git a/{rel} b/{rel}\n")
+        if rel not in a:
+            chunks.append("new file mode 100644\n")
+        elif rel not in b:
+            chunks.append("deleted file mode 100644\n")
         for line in diff:
             chunks.append(line)
             if not line.endswith("\n"):

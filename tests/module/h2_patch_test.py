@@ -84,7 +84,9 @@ class H2PatchTest(unittest.TestCase):
     def test_generated_files_pass(self):
         self.assertEqual(self.run_tool("check"), 0, self.output)
         patch = self.read(h2_patch.PATCH)
-        self.assertIn("--- a/src/server.rs\n+++ b/src/server.rs\n", patch)
+        # Git-style headers: Bazel's own patch reads a bare "--- a/next" after a hunk as a
+        # removed line (tests/module/h2_bazel_patch_test.sh failed on that).
+        self.assertIn("diff --git a/src/server.rs b/src/server.rs\n--- a/src/server.rs\n+++ b/src/server.rs\n", patch)
         self.assertIn("+pub const CLONESTAGE_PATCHED_ANY_AUTHORITY", patch)
         for left_out in ("PATCH.md", ".github", "Cargo.lock"):
             self.assertNotIn(left_out, patch)
@@ -104,6 +106,13 @@ class H2PatchTest(unittest.TestCase):
     def test_new_vendored_file_without_regenerating_fails(self):
         self.write(os.path.join(h2_patch.VENDORED, "src/extra.rs"), "\n")
         self.assert_check_fails("differs from rust/third_party/h2 in: src/extra.rs")
+
+    def test_new_vendored_file_is_carried_by_the_patch(self):
+        self.write(os.path.join(h2_patch.VENDORED, "src/extra.rs"), "// added\n")
+        self.assertEqual(self.run_tool("generate"), 0)
+        self.assertIn("diff --git a/src/extra.rs b/src/extra.rs\nnew file mode 100644\n--- /dev/null\n",
+                      self.read(h2_patch.PATCH))
+        self.assertEqual(self.run_tool("check"), 0, self.output)
 
     def test_hand_edited_patch_fails(self):
         patch = self.read(h2_patch.PATCH).replace("+    Ok(())", "+    Ok(( ))")
