@@ -53,6 +53,9 @@ fi
 step "module: static check that @clonestage loads for consumers; the BCR release archive (tests/module)"
 python3 tests/module/check.py
 python3 tests/module/check_test.py
+python3 tests/module/h2_patch_test.py
+python3 rust/third_party/h2_patch.py check
+bash tests/module/h2_bazel_patch_test.sh
 bash tests/module/release_test.sh
 
 step "launcher (tools/bazel) against stub clonestage and bazel"

@@ -193,7 +193,8 @@ say "run.sh: cache $cache, logs $logs"
 
 # --- setup: the helper and the spawn wrapper ------------------------------------------------
 
-if cargo build --release --manifest-path "$root/rust/Cargo.toml" --bin clonestage >"$logs/cargo.log" 2>&1 &&
+# From the checkout: cargo reads its .cargo/config.toml (the h2 [patch]) from the working directory.
+if (cd "$root" && cargo build --release --manifest-path "$root/rust/Cargo.toml" --bin clonestage) >"$logs/cargo.log" 2>&1 &&
   [ -x "$cs" ]; then
   pass "setup: cargo build --release --bin clonestage"
 else

@@ -507,7 +507,7 @@ test_checkout_installs_both_binaries_once() {
   mark_checkout "$T/ws"
   install_script "$T/ws"
   cp "$stubs/cargo" "$T/bin/cargo"
-  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CLONESTAGE="$stubs/clonestage")
+  EXTRA_ENV=(STUB_CARGO_LOG="$T/cargo.log" STUB_CARGO_PWD_LOG="$T/cargo.pwd" STUB_CLONESTAGE="$stubs/clonestage")
   launch build //x
   check "the checkout's install-binaries.sh ran, in the checkout" equals "$(cat "$T/install.log" 2>/dev/null)" "run in $T/ws"
   check "cargo ran --locked (through the script)" grep -q -- "--locked" "$T/cargo.log"

@@ -35,13 +35,20 @@ by reading. Checks:
    prefix>/<path> (metadata_annotation.rs, "rebase to Bazel root"; the
    extension passes @@//'s directory) and reads its Cargo.toml at fetch time:
    right when clonestage is the root module, a missing file in a consumer's
-   workspace. A patch listed in KNOWN_PATH_PATCHES is reported on every run
-   as a known blocker instead of failing; an entry no manifest has any more
-   fails, so the list cannot go stale.
+   workspace. (h2's patch went this way until it moved to .cargo/config.toml,
+   which crate_universe's splicer deletes, plus check 7.)
 6. one version: MODULE.bazel's module version equals the Cargo workspace
    members' versions (rust/*/Cargo.toml, through [workspace.package]),
    rust/BUILD.bazel's VERSION, and tools/bazel's `cs_version=` line when that
    line exists (it is reported, not failed, when absent).
+7. crate_universe's lockfile: a crate that Cargo.lock takes from a path
+   [patch] outside the manifests (no `source`, not a workspace member; cargo
+   reads such a patch from .cargo/config.toml) must not reach crate_universe
+   that way. Its `cargo_lockfile` is then another file, equal to Cargo.lock but
+   for those crates, which come from crates.io (source and checksum), and each
+   such crate has a `crate.annotation` with `patches` (files that exist) for
+   its version. rust/third_party/h2_patch.py check verifies the patch's
+   content against the vendored tree; this check, that the pieces are wired.
 """
 
 import ast
@@ -53,13 +60,7 @@ import tomllib
 
 DEFAULT_CRATE_UNIVERSE = "crates"
 MODULE_NAME = "clonestage"
-# [patch] path entries of rust/Cargo.toml known to break the rules_rust build for consumers
-# (check 5), with why they stay for now. Remove an entry when the patch goes.
-KNOWN_PATH_PATCHES = {
-    "h2": "rust/third_party/h2 (the :authority change of third_party/h2/PATCH.md); "
-          "fix: publish the patched h2 as a git fork and patch to it by git/rev, or drop the "
-          "patch once upstream h2 accepts such an :authority",
-}
+CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 REPO_MARKERS = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel", "REPO.bazel")
 BUILD_NAMES = ("BUILD.bazel", "BUILD")
 # A label in a string literal: //pkg, //pkg:name, :name, @clonestage//..., @//...
@@ -385,54 +386,137 @@ class Checker:
             self.problem("version", f"differs between files: {listing}")
 
     # ---- 5. path patches -------------------------------------------------
-    def check_path_patches(self):
+    def module_calls(self, attr):
+        """Calls `<x>.<attr>(...)` in MODULE.bazel, as {keyword: literal value}."""
         path = os.path.join(self.root, "MODULE.bazel")
         if not os.path.isfile(path):
-            return
+            return []
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), filename="MODULE.bazel")
-        manifests = []
+        calls = []
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "from_cargo":
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == attr:
+                kw = {}
                 for k in node.keywords:
-                    if k.arg == "manifests" and isinstance(k.value, ast.List):
-                        manifests += [e.value for e in k.value.elts if isinstance(e, ast.Constant)]
-        seen = set()
-        for label in manifests:
-            m = LABEL_RE.match(label)
-            if not m or not m.group("name"):
+                    try:
+                        kw[k.arg] = ast.literal_eval(k.value)
+                    except ValueError:
+                        kw[k.arg] = None
+                calls.append(kw)
+        return calls
+
+    def label_path(self, label):
+        """The file a //pkg:name label of this module names, relative to the root."""
+        m = LABEL_RE.match(label) if isinstance(label, str) else None
+        if not m or not m.group("name") or m.group("repo") not in (None, "", MODULE_NAME):
+            return None
+        return "/".join(p for p in (m.group("pkg"), m.group("name")) if p)
+
+    def read_toml(self, label):
+        rel = self.label_path(label)
+        if rel is None:
+            self.problem(label, "not a file label of this module")
+            return None, None
+        try:
+            with open(os.path.join(self.root, rel), "rb") as f:
+                return rel, tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            self.problem(label, f"cannot read {rel}: {e}")
+            return rel, None
+
+    def check_path_patches(self):
+        for cfg in self.module_calls("from_cargo"):
+            for label in cfg.get("manifests") or []:
+                rel, manifest = self.read_toml(label)
+                if manifest is None:
+                    continue
+                for registry, patches in manifest.get("patch", {}).items():
+                    for crate, spec in patches.items():
+                        if isinstance(spec, dict) and "path" in spec:
+                            self.problem(f"{rel} [patch.{registry}] {crate}",
+                                         f"path patch {spec['path']!r}: crate_universe resolves it "
+                                         "in the root module's directory, so the rules_rust build "
+                                         "breaks for every consumer (patch it in .cargo/config.toml "
+                                         "and give crate_universe a patch file: check 7)")
+
+    # ---- 7. crate_universe's lockfile -------------------------------------
+    def check_crate_lockfile(self):
+        annotations = self.module_calls("annotation")
+        for cfg in self.module_calls("from_cargo"):
+            where = f"MODULE.bazel from_cargo {cfg.get('name')!r}"
+            manifests = cfg.get("manifests") or []
+            members, root_dir = set(), None
+            for label in manifests:
+                rel, manifest = self.read_toml(label)
+                if manifest is None:
+                    continue
+                if "package" in manifest:
+                    members.add(manifest["package"].get("name"))
+                if "workspace" in manifest:
+                    root_dir = os.path.dirname(rel)
+            if root_dir is None or not cfg.get("cargo_lockfile"):
                 continue
-            rel = "/".join(p for p in (m.group("pkg"), m.group("name")) if p)
+            cargo_lock_rel = "/".join(p for p in (root_dir, "Cargo.lock") if p)
             try:
-                with open(os.path.join(self.root, rel), "rb") as f:
-                    manifest = tomllib.load(f)
+                with open(os.path.join(self.root, cargo_lock_rel), "rb") as f:
+                    cargo_pkgs = tomllib.load(f).get("package", [])
             except (OSError, tomllib.TOMLDecodeError) as e:
-                self.problem(label, f"cannot read {rel}: {e}")
+                self.problem(where, f"cannot read {cargo_lock_rel}: {e}")
                 continue
-            for registry, patches in manifest.get("patch", {}).items():
-                for crate, spec in patches.items():
-                    if not (isinstance(spec, dict) and "path" in spec):
+            patched = {(p["name"], p["version"]) for p in cargo_pkgs
+                       if "source" not in p and p["name"] not in members}
+            bazel_rel, bazel = self.read_toml(cfg["cargo_lockfile"])
+            if bazel is None:
+                continue
+            if bazel_rel == cargo_lock_rel:
+                for name, version in sorted(patched):
+                    self.problem(where, f"{cargo_lock_rel} takes {name} {version} from a path "
+                                 "[patch] (no source), and crate_universe reads that lockfile: it "
+                                 "would re-resolve or rebase the crate; give it a lockfile with "
+                                 f"{name} from crates.io and a crate.annotation patch")
+                continue
+            by_key = lambda pkgs: {(p["name"], p["version"], p.get("source")): p for p in pkgs}
+            want = []
+            for p in cargo_pkgs:
+                if (p["name"], p["version"]) in patched:
+                    p = dict(p, source=CRATES_IO)
+                want.append(p)
+            have = bazel.get("package", [])
+            want_k, have_k = by_key(want), by_key(have)
+            for key in sorted(set(want_k) | set(have_k), key=str):
+                a, b = want_k.get(key), have_k.get(key)
+                if (key[0], key[1]) in patched and a and b:
+                    a = dict(a, checksum=b.get("checksum"))
+                    if not b.get("checksum"):
+                        self.problem(bazel_rel, f"{key[0]} {key[1]} from crates.io has no checksum")
+                if a != b:
+                    self.problem(bazel_rel, f"differs from {cargo_lock_rel} at {key[0]} {key[1]} "
+                                 f"({'missing' if b is None else 'extra' if a is None else 'changed'}): "
+                                 "regenerate it (python3 rust/third_party/h2_patch.py generate)")
+            for name, version in sorted(patched):
+                found = False
+                for ann in annotations:
+                    if ann.get("crate") != name:
                         continue
-                    seen.add(crate)
-                    where = f"{rel} [patch.{registry}] {crate}"
-                    if crate in KNOWN_PATH_PATCHES:
-                        self.notes.append(
-                            f"KNOWN BLOCKER (reported, not failed): {where} = path "
-                            f"{spec['path']!r}: crate_universe resolves it in the root module's "
-                            f"directory, so @clonestage//:clonestage fails for consumers; "
-                            f"{KNOWN_PATH_PATCHES[crate]}")
-                    else:
-                        self.problem(where, f"path patch {spec['path']!r}: crate_universe "
-                                     "resolves it in the root module's directory, so the rules_rust "
-                                     "build breaks for every consumer")
-        for crate in sorted(set(KNOWN_PATH_PATCHES) - seen):
-            if manifests:
-                self.problem("tests/module/check.py", f"KNOWN_PATH_PATCHES lists {crate!r}, which no "
-                             "manifest patches by path any more: remove the entry")
+                    repos = ann.get("repositories") or []
+                    if repos and cfg.get("name") not in repos:
+                        continue
+                    if ann.get("version", "*") not in ("*", version, "=" + version):
+                        continue
+                    found = bool(ann.get("patches"))
+                    for label in ann.get("patches") or []:
+                        rel = self.label_path(label)
+                        if rel is None or not os.path.isfile(os.path.join(self.root, rel)):
+                            self.problem(f"MODULE.bazel annotation {name}", f"patch {label!r}: no such file")
+                if not found:
+                    self.problem(where, f"{name} {version} is path-patched for cargo "
+                                 f"({cargo_lock_rel}) but no crate.annotation(crate = {name!r}, "
+                                 f"version = '={version}', patches = [...]) gives crate_universe "
+                                 "the same change")
 
     def run(self):
         for check in (self.check_path_patches, self.check_labels, self.check_crate_universe,
-                      self.check_globs, self.check_versions):
+                      self.check_globs, self.check_versions, self.check_crate_lockfile):
             try:
                 check()
             except (OSError, SyntaxError, KeyError, tomllib.TOMLDecodeError) as e:
@@ -454,7 +538,7 @@ def main(argv):
     if problems:
         print(f"module check: {len(problems)} problem(s) in {os.path.abspath(root)}")
         return 1
-    print("module check: ok (labels not ignored, repositories visible, crate universe named, no empty glob, no unknown path patch, one version)")
+    print("module check: ok (labels not ignored, repositories visible, crate universe named, no empty glob, no path patch, crate_universe lockfile wired, one version)")
     return 0
 
 

@@ -48,14 +48,30 @@ rust_binary(
     deps = all_crate_deps(package_name = "rust/cli"),
 )
 ''',
-    "rust/Cargo.toml": ('[workspace]\nmembers = ["cli"]\n\n[workspace.package]\nversion = "0.1.0"\n'
-                        '\n[patch.crates-io]\nh2 = { path = "third_party/h2" }\n'),
+    "rust/Cargo.toml": '[workspace]\nmembers = ["cli"]\n\n[workspace.package]\nversion = "0.1.0"\n',
     "rust/Cargo.lock": "",
     "rust/cli/Cargo.toml": '[package]\nname = "clonestage"\nversion.workspace = true\n',
     "rust/cli/src/main.rs": "fn main() {}\n",
     "examples/app/WORKSPACE": "",
     "examples/app/BUILD.bazel": 'alias(name = "x", actual = "@clonestage//:clonestage")\n',
     ".bcr/presubmit.yml": 'tasks:\n  verify:\n    build_targets:\n      - "@clonestage//:clonestage"\n',
+}
+
+
+LOCK_HEAD = 'version = 4\n\n[[package]]\nname = "bytes"\nversion = "1.0.0"\nsource = "registry+https://github.com/rust-lang/crates.io-index"\nchecksum = "aa"\n\n[[package]]\nname = "clonestage"\nversion = "0.1.0"\n\n'
+LOCK_PATCHED = LOCK_HEAD + '[[package]]\nname = "h2"\nversion = "0.4.20"\n'
+LOCK_BAZEL = LOCK_HEAD + ('[[package]]\nname = "h2"\nversion = "0.4.20"\n'
+                          'source = "registry+https://github.com/rust-lang/crates.io-index"\nchecksum = "bb"\n')
+PATCHED_SETUP = {
+    "rust/Cargo.lock": LOCK_PATCHED,
+    "rust/Cargo.bazel.lock": LOCK_BAZEL,
+    "rust/third_party/h2-authority.patch": "--- a/src/lib.rs\n+++ b/src/lib.rs\n",
+    "MODULE.bazel": GOOD["MODULE.bazel"].replace('"//rust:Cargo.lock"', '"//rust:Cargo.bazel.lock"').replace(
+        'use_repo(crate, "clonestage_crates")\n',
+        'crate.annotation(\n    crate = "h2",\n    patch_args = ["-p1"],\n'
+        '    patches = ["//rust:third_party/h2-authority.patch"],\n'
+        '    repositories = ["clonestage_crates"],\n    version = "=0.4.20",\n)\n'
+        'use_repo(crate, "clonestage_crates")\n'),
 }
 
 
@@ -133,22 +149,42 @@ class CheckTest(unittest.TestCase):
         self.assert_one_problem(problems, "'//rust:cli/Cargo.toml' crosses into the subpackage 'rust/cli'")
 
     def test_path_patch_fails(self):
-        cargo = GOOD["rust/Cargo.toml"] + 'tokio = { path = "third_party/tokio" }\n'
-        self.assert_one_problem(self.run_check({"rust/Cargo.toml": cargo}), "[patch.crates-io] tokio")
+        cargo = GOOD["rust/Cargo.toml"] + '\n[patch.crates-io]\nh2 = { path = "third_party/h2" }\n'
+        self.assert_one_problem(self.run_check({"rust/Cargo.toml": cargo}), "[patch.crates-io] h2")
 
-    def test_known_path_patch_is_reported_not_failed(self):
-        with tempfile.TemporaryDirectory() as root:
-            for rel, text in GOOD.items():
-                os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-                with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
-                    f.write(text)
-            checker = check.Checker(root)
-            self.assertEqual(checker.run(), [])
-            self.assertTrue(any("KNOWN BLOCKER" in n and "h2" in n for n in checker.notes))
+    def test_sourceless_crate_in_crate_universe_lockfile_fails(self):
+        # h2 patched by .cargo/config.toml, and crate_universe given that very Cargo.lock.
+        problems = self.run_check({"rust/Cargo.lock": LOCK_PATCHED})
+        self.assert_one_problem(problems, "takes h2 0.4.20 from a path [patch]")
 
-    def test_stale_known_path_patch_fails(self):
-        cargo = GOOD["rust/Cargo.toml"].split("\n[patch.crates-io]")[0]
-        self.assert_one_problem(self.run_check({"rust/Cargo.toml": cargo}), "KNOWN_PATH_PATCHES lists 'h2'")
+    def test_bazel_lockfile_and_patch_annotation_pass(self):
+        self.assertEqual(self.run_check(PATCHED_SETUP), [])
+
+    def test_drifted_bazel_lockfile_fails(self):
+        drifted = dict(PATCHED_SETUP)
+        drifted["rust/Cargo.bazel.lock"] = LOCK_BAZEL.replace('version = "1.0.0"', 'version = "1.0.1"')
+        self.assert_one_problem(self.run_check(drifted), "differs from rust/Cargo.lock at bytes")
+
+    def test_bazel_lockfile_without_crates_io_h2_fails(self):
+        setup = dict(PATCHED_SETUP, **{"rust/Cargo.bazel.lock": LOCK_PATCHED})
+        self.assert_one_problem(self.run_check(setup), "differs from rust/Cargo.lock at h2 0.4.20")
+
+    def test_patched_crate_without_annotation_fails(self):
+        module = PATCHED_SETUP["MODULE.bazel"].split("crate.annotation(")[0]
+        setup = dict(PATCHED_SETUP, **{"MODULE.bazel": module + 'use_repo(crate, "clonestage_crates")\n'})
+        self.assert_one_problem(self.run_check(setup), "no crate.annotation(crate = 'h2'")
+
+    def test_annotation_patch_file_missing_fails(self):
+        problems = self.run_check(PATCHED_SETUP, removed=("rust/third_party/h2-authority.patch",))
+        self.assert_one_problem(problems, "patch '//rust:third_party/h2-authority.patch': no such file")
+
+    def test_this_checkout_passes_with_no_known_blocker(self):
+        # Before h2's patch moved out of rust/Cargo.toml this checkout passed only with a
+        # "KNOWN BLOCKER" note for it (the rules_rust build failed for consumers).
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+        checker = check.Checker(root)
+        self.assertEqual(checker.run(), [])
+        self.assertFalse([n for n in checker.notes if "BLOCKER" in n], checker.notes)
 
     def test_version_mismatch_fails(self):
         cargo = GOOD["rust/Cargo.toml"].replace('"0.1.0"', '"0.2.0"')

@@ -47,6 +47,7 @@ listing=$(tar -tzf "$archive")   # whole, so no grep -q closes a pipe on tar (pi
 tops=$(cut -d/ -f1 <<<"$listing" | sort -u)
 [ "$tops" = "$prefix" ] || fail "archive's top directories: $tops (want only $prefix)"
 for f in MODULE.bazel BUILD.bazel defs.bzl private/install.bzl rust/Cargo.lock rust/BUILD.bazel \
+    rust/Cargo.bazel.lock rust/third_party/h2-authority.patch .cargo/config.toml \
     rust/third_party/h2/Cargo.toml cc/clonestage-spawn.cc strategy/clonestage.bazelrc tools/bazel; do
     grep -qx "$prefix/$f" <<<"$listing" || fail "archive lacks $prefix/$f"
 done

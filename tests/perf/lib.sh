@@ -64,7 +64,8 @@ perf_load_now() {
 perf_helper() {
   if ! [ -x "$perf_bin" ]; then
     perf_say "building the helper: cargo build --release --bin clonestage"
-    cargo build --release --manifest-path "$perf_checkout/rust/Cargo.toml" --bin clonestage >&2 ||
+    # From the checkout: cargo reads its .cargo/config.toml (the h2 [patch]) from the working directory.
+    (cd "$perf_checkout" && cargo build --release --manifest-path "$perf_checkout/rust/Cargo.toml" --bin clonestage) >&2 ||
       perf_die "cargo build failed"
   fi
 }

@@ -57,7 +57,8 @@ say "reliability: seed $RELIABILITY_SEED, work dir $work"
 # --- setup: the helper, the wrapper and a python with grpcio ---------------------------------
 bin="$work/bin"
 mkdir -p "$bin"
-if ! cargo build --quiet --release --manifest-path "$root/rust/Cargo.toml" --bin clonestage; then
+# From the checkout: cargo reads its .cargo/config.toml (the h2 [patch]) from the working directory.
+if ! (cd "$root" && cargo build --quiet --release --manifest-path "$root/rust/Cargo.toml" --bin clonestage); then
   say "reliability: setup: cargo build failed"
   say "0 passed, 1 failed"
   exit 1

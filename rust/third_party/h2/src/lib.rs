@@ -141,6 +141,14 @@ pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream
 #[cfg(feature = "unstable")]
 pub use codec::{Codec, SendError, UserError};
 
+/// clonestage: present only in the h2 that carries clonestage's patch (the server accepts any
+/// `:authority`; `rust/third_party/h2/PATCH.md`). `clonestage-server` names it, so a build that
+/// lost the patch (cargo run outside the checkout, which skips its `.cargo/config.toml`; a Bazel
+/// build without the crate annotation's patch) fails to compile instead of shipping a server that
+/// refuses every call on its unix socket.
+#[doc(hidden)]
+pub const CLONESTAGE_PATCHED_ANY_AUTHORITY: () = ();
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
