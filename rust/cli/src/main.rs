@@ -116,6 +116,18 @@ enum Cmd {
         #[arg(long)]
         bazelrc: bool,
     },
+    /// Copy this binary and the spawn wrapper (atomically, 0755) into the per-version home
+    /// `<data>/clonestage/<version>/bin/` where tools/bazel looks first; print the directory.
+    SelfInstall {
+        /// The clonestage-spawn wrapper to install beside this binary (an executable file).
+        #[arg(long, value_name = "PATH")]
+        spawn: PathBuf,
+        /// Install here instead [default: $XDG_DATA_HOME (if absolute), else
+        /// ~/.local/share (Linux) or ~/Library/Application Support (macOS), then
+        /// clonestage/<version>/bin].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -216,6 +228,7 @@ fn main() -> ExitCode {
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address { tcp, bazelrc } => commands::address(&cache, tcp, bazelrc),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
+        Cmd::SelfInstall { spawn, dir } => commands::self_install(&spawn, dir.as_deref()),
     };
     match r {
         Ok(code) => code,

@@ -1,9 +1,12 @@
 //! One function per subcommand. They open the cache, call the engine, and print; exit codes:
-//! 0 success, 1 failure (message on stderr), 3 `address` with no server running.
+//! 0 success, 1 failure (message on stderr), 2 a refused `self-install --spawn`, 3 `address`
+//! with no server running.
 
+mod self_install;
 mod stage;
 mod stats;
 
+pub use self_install::self_install;
 pub use stage::{stage, StageArgs};
 pub use stats::stats;
 
