@@ -2,8 +2,8 @@
 # clonestage's whole test suite, the README's test command: formatting and lints (Rust for
 # Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the C++ spawn wrapper's
-# googletest suite under Bazel, the end-to-end tests in tests/e2e and the reliability suite in
-# tests/reliability.
+# googletest suite under Bazel, the end-to-end tests in tests/e2e, the adoption paths in
+# tests/consumer and the reliability suite in tests/reliability.
 #
 # Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
 set -euo pipefail
@@ -56,6 +56,9 @@ CLONESTAGE_DISABLE=1 bazel test --jobs=2 //cc/...
 
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh
+
+step "consumer: the adoption paths in fresh workspaces outside the repository (tests/consumer: bazel run @clonestage//:install with a cold cargo build, then the README's without-the-module path)"
+bash tests/consumer/run.sh
 
 step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases; docs/reliability.md)"
 bash tests/reliability/run.sh

@@ -75,7 +75,9 @@ if [ -n "$spawn" ]; then
     /*) ;;
     *) spawn="$PWD/$spawn" ;;
   esac
-  [ -f "$spawn" ] && [ -x "$spawn" ] || die 2 "--spawn $spawn is not an executable file"
+  if ! [ -f "$spawn" ] || ! [ -x "$spawn" ]; then
+    die 2 "--spawn $spawn is not an executable file"
+  fi
 fi
 
 # --- clonestage ----------------------------------------------------------------------------
