@@ -125,8 +125,15 @@ make_workspace() { # make_workspace DIR EXTRA_WORKSPACE_LINES
     echo 'workspace(name = "consumer")'
     printf '%s\n' "$2"
     # What any offline Bazel 4.2.3 workspace with a test needs, clonestage or not: those
-    # repositories would be downloaded otherwise (third_party/bazel_compat/README.md).
+    # repositories would be downloaded otherwise (third_party/bazel_compat/README.md;
+    # a test's launcher needs @rules_cc, @bazel_tools needs @rules_java, every test rule
+    # @remote_coverage_tools).
     cat <<EOF
+local_repository(
+    name = "rules_cc",
+    path = "$root/third_party/bazel_compat/rules_cc",
+)
+
 local_repository(
     name = "rules_java",
     path = "$root/third_party/bazel_compat/rules_java",
@@ -207,17 +214,12 @@ module_path() {
     path = \"$root\",
 )
 
-# clonestage's own dependencies in WORKSPACE mode: @platforms (//cc selects on
-# @platforms//os) from Debian's bazel-platforms, and @rules_cc (//cc loads
-# @rules_cc//cc:defs.bzl) from clonestage's offline stand-in.
+# clonestage's own dependency in WORKSPACE mode beyond what every offline 4.2.3
+# workspace declares (below): @platforms (//cc selects on @platforms//os), from
+# Debian's bazel-platforms. (@rules_cc, which //cc loads, is among those below.)
 local_repository(
     name = \"platforms\",
     path = \"/usr/share/bazel/tools/platforms\",
-)
-
-local_repository(
-    name = \"rules_cc\",
-    path = \"$root/third_party/bazel_compat/rules_cc\",
 )
 "
   home_bin="$HOME/.local/share/clonestage/$version/bin"
