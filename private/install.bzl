@@ -333,3 +333,7 @@ def clonestage_install(name, launcher, bazelrc, spawn, helper, installer, **kwar
         installer = None if bzlmod else installer,
         **kwargs
     )
+
+# The rule itself, for tests that give it a helper directly (tests/consumer exercises the
+# bzlmod branch's program this way with Bazel 4.2.3, which has no rules_rust).
+clonestage_install_rule = _clonestage_install

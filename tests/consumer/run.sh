@@ -10,8 +10,11 @@
 #                  server's stats counting staged inputs by this filesystem's method), with
 #                  no other step, no binary copied by hand and no CLONESTAGE_* variable;
 #                  then --check, a second install (idempotent), a foreign tools/bazel
-#                  (refused, with how to chain), and a failing install (no cargo on PATH:
-#                  says so, leaves no per-version home and no change in the workspace);
+#                  (refused, with how to chain; chained as printed, a build runs through
+#                  both launchers and clonestage), a failing install (no cargo on PATH:
+#                  says so, leaves no per-version home and no change in the workspace), and
+#                  the program of the bzlmod branch (given a helper built by Bazel; here a
+#                  prebuilt one, since Bazel 4.2.3 has no rules_rust);
 #   checkout path  the README's "without the module" words: copy tools/bazel and
 #                  strategy/clonestage.bazelrc into the workspace's tools/, run
 #                  `bash tools/install-binaries.sh` in the checkout, add the two .bazelrc
@@ -264,11 +267,14 @@ local_repository(
   local prog
   prog="$(cd "$ws" && bazel info bazel-bin 2>/dev/null)/external/clonestage/install.sh"
 
-  # 4. A foreign tools/bazel is refused (nothing built, nothing replaced), with how to chain.
+  # 4. A foreign tools/bazel is refused (nothing built, nothing replaced), with how to chain;
+  # chained as printed, `bazel test` runs through both launchers and clonestage.
   local ws2="$dir/ws2"
+  make_workspace "$ws2" ""
+  # Other content than ws's, so its actions run rather than hit ws's results in the cache.
+  echo "hello from the consumer, the team's workspace" >"$ws2/input.txt"
   mkdir -p "$ws2/tools"
-  # shellcheck disable=SC2016 # the foreign launcher's own text
-  printf '#!/bin/sh\n# the team launcher\nexec "$BAZEL_REAL" "$@"\n' >"$ws2/tools/bazel"
+  printf '#!/bin/sh\n# the team launcher\necho "team launcher ran" >&2\n' >"$ws2/tools/bazel"
   chmod +x "$ws2/tools/bazel"
   cp "$ws2/tools/bazel" "$dir/foreign.orig"
   log="$dir/foreign.log"
@@ -286,8 +292,60 @@ local_repository(
   else
     fail "module: foreign tools/bazel" "exit $rc (want 1), --as exit $chain_rc" "$(tail_of "$log" 12)" "$(tail_of "$dir/chain.log" 6)"
   fi
+  # The chaining line exactly as printed.
+  # shellcheck disable=SC2016 # the line printed, verbatim
+  grep -F 'exec "$(dirname "$0")/clonestage-bazel" "$@"' "$log" | sed 's/^ *//' >>"$ws2/tools/bazel"
+  log="$dir/chained-test.log"
+  (cd "$ws2" && timeout -k 10 600 bazel test //...) >"$log" 2>&1
+  rc=$?
+  if grep -q "team launcher ran" "$log"; then
+    check_through_clonestage "module: chained (team tools/bazel execs tools/clonestage-bazel as printed), bazel test runs through clonestage" "$ws2" "$log" "$rc"
+  else
+    fail "module: chained launchers" "the team launcher did not run" "$(tail_of "$log" 12)"
+  fi
+  (cd "$ws2" && timeout 60 bazel shutdown) >/dev/null 2>&1
 
-  # 5. A failing install (no cargo on PATH) says so and leaves nothing half-installed.
+  # 5. The bzlmod branch's program (helper given, no cargo), which Bazel 4.2.3 cannot reach
+  # through @clonestage//:install (no rules_rust): the rule given a prebuilt helper, its
+  # program run from / with no runfiles variables (it finds everything through $0.runfiles,
+  # including a helper of the main repository).
+  # shellcheck disable=SC2016 # "$@" is the generated script's
+  printf '#!/bin/sh\nexec "%s" "$@"\n' "$home_bin/clonestage" >"$ws/prebuilt_helper.sh"
+  chmod +x "$ws/prebuilt_helper.sh"
+  cat >>"$ws/BUILD" <<'EOF'
+
+load("@clonestage//private:install.bzl", "clonestage_install_rule")
+
+sh_binary(
+    name = "prebuilt_helper",
+    srcs = ["prebuilt_helper.sh"],
+)
+
+clonestage_install_rule(
+    name = "install_with_helper",
+    bazelrc = "@clonestage//:strategy/clonestage.bazelrc",
+    helper = ":prebuilt_helper",
+    launcher = "@clonestage//:tools/bazel",
+    spawn = "@clonestage//cc:clonestage-spawn",
+)
+EOF
+  local ws4="$dir/ws4" helper_data="$dir/helperdata"
+  mkdir -p "$ws4"
+  log="$dir/helper-branch.log"
+  (cd "$ws" && timeout -k 10 600 bazel build //:install_with_helper) >"$log" 2>&1 &&
+    (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE XDG_DATA_HOME="$helper_data" \
+      "$(cd "$ws" && bazel info bazel-bin 2>/dev/null)/install_with_helper.sh" "$ws4") >>"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] && cmp -s "$helper_data/clonestage/$version/bin/clonestage" "$home_bin/clonestage" &&
+    cmp -s "$helper_data/clonestage/$version/bin/clonestage-spawn" "$home_bin/clonestage-spawn" &&
+    cmp -s "$ws4/tools/bazel" "$root/tools/bazel" && grep -q "config=clonestage" "$ws4/.bazelrc" &&
+    grep -q "installing the helper and the spawn wrapper that Bazel built" "$log" && ! grep -q "cargo build" "$log"; then
+    pass "module: the helper branch (bzlmod's) installs a Bazel-built helper and wrapper without cargo"
+  else
+    fail "module: the helper branch" "exit $rc" "$(tail_of "$log" 15)"
+  fi
+
+  # 6. A failing install (no cargo on PATH) says so and leaves nothing half-installed.
   local ws3="$dir/ws3" fail_data="$dir/faildata" nocargo_path=""
   mkdir -p "$ws3"
   local d
