@@ -103,9 +103,10 @@ spawns() { # spawns LOG KIND
   n="$(summary_of "$1" | grep -oE "[0-9,]+ $2[,.]" | head -n 1 | tr -dc 0-9)"
   echo "${n:-0}"
 }
-other_spawns() { # kinds in the summary other than internal and remote
+other_spawns() { # kinds in the summary other than internal, remote and remote cache hit
+  # (a hit is served by clonestage's action cache: still through clonestage, not local)
   summary_of "$1" | sed -E 's/^INFO: [0-9,]+ process(es)?: //; s/\.$//' | tr ',' '\n' |
-    sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote)$' | tr '\n' ',' | sed 's/,$//'
+    sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote|remote cache hit)$' | tr '\n' ',' | sed 's/,$//'
 }
 expected_method() { # the staging method the cache's filesystem should use
   case "$(stat -f -c %T "$1" 2>/dev/null)" in
