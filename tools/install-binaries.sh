@@ -102,8 +102,9 @@ build_spawn_with_bazel() { # prints the built wrapper's path; status 1 when Baze
   }
   say "building clonestage-spawn: bazel build //cc:clonestage-spawn (in $checkout)"
   # CLONESTAGE_DISABLE: the checkout's own tools/bazel must not try to start a helper that
-  # is being installed; this build runs locally.
-  (cd "$checkout" && CLONESTAGE_DISABLE=1 "$bazel" build //cc:clonestage-spawn >&2) || return 1
+  # is being installed; this build runs locally. --symlink_prefix=/: the checkout's
+  # bazel-* links stay as they were (they may belong to another output root).
+  (cd "$checkout" && CLONESTAGE_DISABLE=1 "$bazel" build --symlink_prefix=/ //cc:clonestage-spawn >&2) || return 1
   bin="$(cd "$checkout" && CLONESTAGE_DISABLE=1 "$bazel" info bazel-bin 2>/dev/null)" || return 1
   [ -x "$bin/cc/clonestage-spawn" ] || return 1
   printf '%s\n' "$bin/cc/clonestage-spawn"
