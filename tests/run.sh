@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # clonestage's whole test suite, the README's test command: formatting and lints (Rust for
 # Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
-# the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the static module check,
-# the C++ spawn wrapper's googletest suite under Bazel (tests/cc), the end-to-end tests in
-# tests/e2e, the team-settings workspace in tests/teamrc and the reliability suite in
-# tests/reliability.
+# the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the unix socket, the Xcode
+# environment and zstd compression with independent clients, the static module check, the
+# launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
+# (tests/cc), the end-to-end tests in tests/e2e, the team-settings workspace in tests/teamrc, the
+# adoption paths in tests/consumer and the reliability suite in tests/reliability.
 #
 # Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
 set -euo pipefail
@@ -75,6 +76,8 @@ bash tests/e2e/run.sh
 
 step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~45 s)"
 bash tests/teamrc/run.sh
+step "consumer: the adoption paths in fresh workspaces outside the repository (tests/consumer: bazel run @clonestage//:install with a cold cargo build, then the README's without-the-module path)"
+bash tests/consumer/run.sh
 
 step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases; docs/reliability.md)"
 bash tests/reliability/run.sh

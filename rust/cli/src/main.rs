@@ -129,6 +129,18 @@ enum Cmd {
     /// Whether a server is up for the cache (pid, version, socket, TCP port; never the
     /// token), the cache's filesystem, and how and why it stages there (exit 0 up, 3 down).
     Status,
+    /// Copy this binary and the spawn wrapper (atomically, 0755) into the per-version home
+    /// `<data>/clonestage/<version>/bin/` where tools/bazel looks first; print the directory.
+    SelfInstall {
+        /// The clonestage-spawn wrapper to install beside this binary (an executable file).
+        #[arg(long, value_name = "PATH")]
+        spawn: PathBuf,
+        /// Install here instead [default: $XDG_DATA_HOME (if absolute), else
+        /// ~/.local/share (Linux) or ~/Library/Application Support (macOS), then
+        /// clonestage/<version>/bin].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -244,6 +256,7 @@ fn main() -> ExitCode {
         ),
         Cmd::Status => commands::status(&cache),
         Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
+        Cmd::SelfInstall { spawn, dir } => commands::self_install(&spawn, dir.as_deref()),
     };
     match r {
         Ok(code) => code,

@@ -1,14 +1,16 @@
 //! One function per subcommand. They open the cache, call the engine, and print; exit codes:
 //! 0 success, 1 failure (message on stderr), 2 `address --for-bazel` with a version naming no
-//! release, 3 `address`/`status`/`stop` with no server running, 4 `address --same-version`
-//! finding a server of another version.
+//! release or a refused `self-install --spawn`, 3 `address`/`status`/`stop` with no server
+//! running, 4 `address --same-version` finding a server of another version.
 
 mod address;
+mod self_install;
 mod stage;
 mod stats;
 mod status;
 
 pub use address::{address, AddressMode};
+pub use self_install::self_install;
 pub use stage::{stage, StageArgs};
 pub use stats::stats;
 pub use status::status;

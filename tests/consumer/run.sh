@@ -1,0 +1,420 @@
+#!/usr/bin/env bash
+# tests/consumer/run.sh: the two adoption paths, followed as a new user follows them, in fresh
+# workspaces created outside the repository, with Bazel 4.2.3 (WORKSPACE mode, so the helper
+# is necessarily cargo-built; the rules_rust path of bzlmod is not exercised here).
+#
+#   module path    a workspace that takes this checkout as @clonestage (`local_repository`,
+#                  the closest Bazel 4.2.3 comes to `bazel_dep`), runs
+#                  `bazel run @clonestage//:install` and then `bazel test //...`: every
+#                  action must run through clonestage (`N remote` in Bazel's summary, the
+#                  server's stats counting staged inputs by this filesystem's method), with
+#                  no other step, no binary copied by hand and no CLONESTAGE_* variable;
+#                  then --check, a second install (idempotent), a foreign tools/bazel
+#                  (refused, with how to chain; chained as printed, a build runs through
+#                  both launchers and clonestage), a failing install (no cargo on PATH:
+#                  says so, leaves no per-version home and no change in the workspace), and
+#                  the program of the bzlmod branch (given a helper built by Bazel; here a
+#                  prebuilt one, since Bazel 4.2.3 has no rules_rust);
+#   checkout path  the README's "without the module" words: copy tools/bazel and
+#                  strategy/clonestage.bazelrc into the workspace's tools/, run
+#                  `bash tools/install-binaries.sh` in the checkout, add the two .bazelrc
+#                  lines; then `bazel test //...` runs through clonestage the same way.
+#
+# Each path gets its own temporary HOME, so the per-version home
+# (~/.local/share/clonestage/<version>/bin), the cache (~/.cache/clonestage) and Bazel's
+# output root are the test's own and start empty. Rust's toolchain stays the user's
+# (RUSTUP_HOME and CARGO_HOME point at the real ones, as they would for that user).
+# Debian's /usr/bin/bazel runs <workspace>/tools/bazel with BAZEL_REAL set, as Bazelisk does,
+# so `bazel` here is what a user types.
+#
+# The module path's install builds the helper cold with cargo (~7 min on 2 cores); the
+# checkout path reuses the checkout's rust/target (warm after tests/run.sh's cargo steps).
+# Prints PASS/FAIL per check, the minutes each path took, and "N passed, M failed";
+# exit 1 on any failure. CONSUMER_KEEP=1 keeps the temporary directory.
+# Usage: tests/consumer/run.sh [module|checkout]...   (default: both)
+
+set -u -o pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
+paths=("$@")
+[ ${#paths[@]} -gt 0 ] || paths=(module checkout)
+
+# The user's Rust toolchain, before HOME changes.
+export RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}"
+# No override of where things go: the defaults are under test.
+for v in $(compgen -e); do
+  case "$v" in
+    CLONESTAGE_* | XDG_DATA_HOME | XDG_CACHE_HOME | BAZEL_REAL | _CLONESTAGE_LAUNCHER) unset "$v" ;;
+  esac
+done
+
+work="$(mktemp -d "${TMPDIR:-/var/tmp}/clonestage-consumer.XXXXXX")"
+work="$(cd "$work" && pwd -P)"
+case "$work/" in
+  "$root"/*)
+    echo "run.sh: the temporary directory $work is inside the repository; set TMPDIR" >&2
+    exit 2
+    ;;
+esac
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/rust/Cargo.toml" | head -n 1)"
+
+passed=0
+failed=0
+say() { printf '%s\n' "$*"; }
+pass() {
+  passed=$((passed + 1))
+  say "PASS: $1"
+}
+fail() { # fail NAME [DETAIL...]
+  failed=$((failed + 1))
+  say "FAIL: $1"
+  shift
+  local line
+  for line in "$@"; do printf '      %s\n' "$line"; done
+}
+tail_of() { tail -n "${2:-20}" "$1" 2>/dev/null | sed 's/^/      | /'; }
+
+# Every HOME this run made: its Bazel servers and clonestage servers are stopped at the end.
+homes=()
+finish() {
+  local h ws
+  for h in "${homes[@]}"; do
+    for ws in "$h"/../ws*; do
+      [ -d "$ws" ] && (cd "$ws" && HOME="$h" CLONESTAGE_DISABLE=1 timeout 60 bazel shutdown) >/dev/null 2>&1
+    done
+    if [ -x "$h/.local/share/clonestage/$version/bin/clonestage" ]; then
+      HOME="$h" "$h/.local/share/clonestage/$version/bin/clonestage" stop --timeout 20 >/dev/null 2>&1
+    fi
+  done
+  if [ "${CONSUMER_KEEP:-0}" = 1 ]; then
+    say "kept $work"
+  else
+    rm -rf "$work"
+  fi
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# Bazel's process summary, e.g. "INFO: 5 processes: 2 internal, 3 remote."
+summary_of() { grep -E '^INFO: [0-9,]+ process(es)?: ' "$1" | tail -n 1; }
+spawns() { # spawns LOG KIND
+  local n
+  n="$(summary_of "$1" | grep -oE "[0-9,]+ $2[,.]" | head -n 1 | tr -dc 0-9)"
+  echo "${n:-0}"
+}
+other_spawns() { # kinds in the summary other than internal, remote and remote cache hit
+  # (a hit is served by clonestage's action cache: still through clonestage, not local)
+  summary_of "$1" | sed -E 's/^INFO: [0-9,]+ process(es)?: //; s/\.$//' | tr ',' '\n' |
+    sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote|remote cache hit)$' | tr '\n' ',' | sed 's/,$//'
+}
+expected_method() { # the staging method the cache's filesystem should use
+  case "$(stat -f -c %T "$1" 2>/dev/null)" in
+    ext2/ext3 | ext4 | tmpfs) echo hardlink ;;
+    xfs | btrfs) echo reflink ;;
+    apfs) echo clonefile ;;
+    *) echo "" ;;
+  esac
+}
+stat_of() { # stat_of JSON KEY
+  local v
+  v="$(sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\([0-9][0-9]*\).*/\1/p" "$1" | head -n 1)"
+  echo "${v:-0}"
+}
+
+# A consumer workspace: a few actions and a test. WORKSPACE gets $1 (extra lines).
+make_workspace() { # make_workspace DIR EXTRA_WORKSPACE_LINES
+  mkdir -p "$1"
+  {
+    echo 'workspace(name = "consumer")'
+    printf '%s\n' "$2"
+    # What any offline Bazel 4.2.3 workspace with a test needs, clonestage or not: those
+    # repositories would be downloaded otherwise (third_party/bazel_compat/README.md;
+    # a test's launcher needs @rules_cc, @bazel_tools needs @rules_java, every test rule
+    # @remote_coverage_tools).
+    cat <<EOF
+local_repository(
+    name = "rules_cc",
+    path = "$root/third_party/bazel_compat/rules_cc",
+)
+
+local_repository(
+    name = "rules_java",
+    path = "$root/third_party/bazel_compat/rules_java",
+)
+
+local_repository(
+    name = "remote_coverage_tools",
+    path = "$root/third_party/bazel_compat/remote_coverage_tools",
+)
+EOF
+  } >"$1/WORKSPACE"
+  echo "hello from the consumer" >"$1/input.txt"
+  cat >"$1/BUILD" <<'EOF'
+genrule(
+    name = "upper",
+    srcs = ["input.txt"],
+    outs = ["upper.txt"],
+    cmd = "tr a-z A-Z < $< > $@",
+)
+
+genrule(
+    name = "both",
+    srcs = [
+        "input.txt",
+        ":upper",
+    ],
+    outs = ["both.txt"],
+    cmd = "cat $(SRCS) > $@",
+)
+
+sh_test(
+    name = "both_test",
+    srcs = ["both_test.sh"],
+    data = [":both"],
+)
+EOF
+  cat >"$1/both_test.sh" <<'EOF'
+#!/bin/sh
+grep -q "HELLO FROM THE CONSUMER" both.txt && grep -q "hello from the consumer" both.txt
+EOF
+  chmod +x "$1/both_test.sh"
+}
+
+# After `bazel test //...` in WS (log LOG), with HOME's default cache: the check that the
+# actions ran through clonestage.
+check_through_clonestage() { # NAME WS LOG RC
+  local name="$1" ws="$2" log="$3" rc="$4" cs cache remote others method staged json
+  cs="$HOME/.local/share/clonestage/$version/bin/clonestage"
+  cache="$HOME/.cache/clonestage"
+  json="$(dirname "$log")/stats.json"
+  "$cs" stats --json >"$json" 2>/dev/null || : >"$json"
+  remote="$(spawns "$log" remote)"
+  others="$(other_spawns "$log")"
+  method="$(expected_method "$cache")"
+  staged=$(($(stat_of "$json" clonefile) + $(stat_of "$json" reflink) + $(stat_of "$json" snapshot) + $(stat_of "$json" hardlink) + $(stat_of "$json" copy)))
+  if [ "$rc" = 0 ] && grep -q "PASSED" "$log" && [ "$remote" -ge 3 ] && [ -z "$others" ] &&
+    [ "$(stat_of "$json" actions)" -ge "$remote" ] && [ "$staged" -gt 0 ] &&
+    { [ -z "$method" ] || [ "$(stat_of "$json" "$method")" -gt 0 ]; } &&
+    ! grep -q "running Bazel without the clonestage executor" "$log"; then
+    pass "$name: $(summary_of "$log" | sed 's/^INFO: //') server actions $(stat_of "$json" actions), inputs staged by ${method:-?} ($(stat -f -c %T "$cache") cache): $(stat_of "$json" "${method:-hardlink}")"
+  else
+    fail "$name" "bazel exit $rc; summary: $(summary_of "$log"); other spawns: ${others:-none}; server actions $(stat_of "$json" actions); staged $staged (${method:-?}: $(stat_of "$json" "${method:-hardlink}"))" \
+      "$(tail_of "$log")"
+  fi
+  "$cs" stats >"$(dirname "$log")/stats.txt" 2>&1 || true
+}
+
+# --- the module path ---------------------------------------------------------------------------
+
+module_path() {
+  local t0=$SECONDS dir="$work/module" ws log rc home_bin
+  mkdir -p "$dir/home"
+  export HOME="$dir/home"
+  homes+=("$HOME")
+  ws="$dir/ws"
+  make_workspace "$ws" "local_repository(
+    name = \"clonestage\",
+    path = \"$root\",
+)
+
+# clonestage's own dependency in WORKSPACE mode beyond what every offline 4.2.3
+# workspace declares (below): @platforms (//cc selects on @platforms//os), from
+# Debian's bazel-platforms. (@rules_cc, which //cc loads, is among those below.)
+local_repository(
+    name = \"platforms\",
+    path = \"/usr/share/bazel/tools/platforms\",
+)
+"
+  home_bin="$HOME/.local/share/clonestage/$version/bin"
+
+  # 1. The documented install command, from a workspace that has no tools/bazel yet.
+  log="$dir/install.log"
+  (cd "$ws" && timeout -k 10 1800 bazel run @clonestage//:install) >"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] && [ -x "$home_bin/clonestage" ] && [ -x "$home_bin/clonestage-spawn" ] &&
+    cmp -s "$ws/tools/bazel" "$root/tools/bazel" &&
+    cmp -s "$ws/tools/clonestage.bazelrc" "$root/strategy/clonestage.bazelrc" &&
+    grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws/.bazelrc" &&
+    grep -qx 'build --config=clonestage' "$ws/.bazelrc" &&
+    grep -q "WORKSPACE mode (no rules_rust): building the helper with cargo" "$log" &&
+    grep -q "Compiling clonestage" "$log"; then
+    pass "module: bazel run @clonestage//:install built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the .bazelrc lines ($((SECONDS - t0)) s)"
+  else
+    fail "module: bazel run @clonestage//:install" "exit $rc" "$(tail_of "$log" 30)"
+  fi
+
+  # 2. The next `bazel test` runs through clonestage, nothing else done.
+  log="$dir/test.log"
+  (cd "$ws" && timeout -k 10 600 bazel test //...) >"$log" 2>&1
+  rc=$?
+  check_through_clonestage "module: bazel test //... runs its actions through clonestage" "$ws" "$log" "$rc"
+
+  # 3. --check agrees; a second install changes nothing and adds no second .bazelrc line.
+  log="$dir/again.log"
+  (cd "$ws" && timeout -k 10 600 bazel run @clonestage//:install -- --check) >"$dir/check.log" 2>&1
+  local check_rc=$?
+  (cd "$ws" && timeout -k 10 600 bazel run @clonestage//:install) >"$log" 2>&1
+  rc=$?
+  if [ "$check_rc" = 0 ] && [ "$rc" = 0 ] && [ "$(grep -c 'tools/clonestage.bazelrc' "$ws/.bazelrc")" = 1 ] &&
+    grep -q "up to date: $ws/tools/bazel" "$log"; then
+    pass "module: --check passes after the install; a second install is a no-op"
+  else
+    fail "module: --check / second install" "check exit $check_rc, install exit $rc" "$(tail_of "$dir/check.log" 8)" "$(tail_of "$log" 8)"
+  fi
+
+  # The generated program, run the way `bazel run` runs it but from another directory and
+  # with no runfiles variables: it finds its files through $0.runfiles, not $PWD.
+  local prog
+  prog="$(cd "$ws" && bazel info bazel-bin 2>/dev/null)/external/clonestage/install.sh"
+
+  # 4. A foreign tools/bazel is refused (nothing built, nothing replaced), with how to chain;
+  # chained as printed, `bazel test` runs through both launchers and clonestage.
+  local ws2="$dir/ws2"
+  make_workspace "$ws2" ""
+  # Other content than ws's, so its actions run rather than hit ws's results in the cache.
+  echo "hello from the consumer, the team's workspace" >"$ws2/input.txt"
+  mkdir -p "$ws2/tools"
+  printf '#!/bin/sh\n# the team launcher\necho "team launcher ran" >&2\n' >"$ws2/tools/bazel"
+  chmod +x "$ws2/tools/bazel"
+  cp "$ws2/tools/bazel" "$dir/foreign.orig"
+  log="$dir/foreign.log"
+  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE "$prog" "$ws2") >"$log" 2>&1
+  rc=$?
+  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE "$prog" --as clonestage-bazel "$ws2") >"$dir/chain.log" 2>&1
+  local chain_rc=$?
+  # shellcheck disable=SC2016 # the chaining line printed, verbatim
+  if [ "$rc" = 1 ] && cmp -s "$ws2/tools/bazel" "$dir/foreign.orig" &&
+    grep -q "is not clonestage's launcher" "$log" && grep -q -- "--as clonestage-bazel" "$log" &&
+    grep -q 'exec "$(dirname "$0")/clonestage-bazel" "$@"' "$log" &&
+    [ "$chain_rc" = 0 ] && cmp -s "$ws2/tools/clonestage-bazel" "$root/tools/bazel" &&
+    cmp -s "$ws2/tools/bazel" "$dir/foreign.orig"; then
+    pass "module: a foreign tools/bazel is kept (exit 1, how to chain printed); --as clonestage-bazel installs beside it"
+  else
+    fail "module: foreign tools/bazel" "exit $rc (want 1), --as exit $chain_rc" "$(tail_of "$log" 12)" "$(tail_of "$dir/chain.log" 6)"
+  fi
+  # The chaining line exactly as printed.
+  # shellcheck disable=SC2016 # the line printed, verbatim
+  grep -F 'exec "$(dirname "$0")/clonestage-bazel" "$@"' "$log" | sed 's/^ *//' >>"$ws2/tools/bazel"
+  log="$dir/chained-test.log"
+  (cd "$ws2" && timeout -k 10 600 bazel test //...) >"$log" 2>&1
+  rc=$?
+  if grep -q "team launcher ran" "$log"; then
+    check_through_clonestage "module: chained (team tools/bazel execs tools/clonestage-bazel as printed), bazel test runs through clonestage" "$ws2" "$log" "$rc"
+  else
+    fail "module: chained launchers" "the team launcher did not run" "$(tail_of "$log" 12)"
+  fi
+  (cd "$ws2" && timeout 60 bazel shutdown) >/dev/null 2>&1
+
+  # 5. The bzlmod branch's program (helper given, no cargo), which Bazel 4.2.3 cannot reach
+  # through @clonestage//:install (no rules_rust): the rule given a prebuilt helper, its
+  # program run from / with no runfiles variables (it finds everything through $0.runfiles,
+  # including a helper of the main repository).
+  # shellcheck disable=SC2016 # "$@" is the generated script's
+  printf '#!/bin/sh\nexec "%s" "$@"\n' "$home_bin/clonestage" >"$ws/prebuilt_helper.sh"
+  chmod +x "$ws/prebuilt_helper.sh"
+  cat >>"$ws/BUILD" <<'EOF'
+
+load("@clonestage//private:install.bzl", "clonestage_install_rule")
+
+sh_binary(
+    name = "prebuilt_helper",
+    srcs = ["prebuilt_helper.sh"],
+)
+
+clonestage_install_rule(
+    name = "install_with_helper",
+    bazelrc = "@clonestage//:strategy/clonestage.bazelrc",
+    helper = ":prebuilt_helper",
+    launcher = "@clonestage//:tools/bazel",
+    spawn = "@clonestage//cc:clonestage-spawn",
+)
+EOF
+  local ws4="$dir/ws4" helper_data="$dir/helperdata"
+  mkdir -p "$ws4"
+  log="$dir/helper-branch.log"
+  (cd "$ws" && timeout -k 10 600 bazel build //:install_with_helper) >"$log" 2>&1 &&
+    (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE XDG_DATA_HOME="$helper_data" \
+      "$(cd "$ws" && bazel info bazel-bin 2>/dev/null)/install_with_helper.sh" "$ws4") >>"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] && cmp -s "$helper_data/clonestage/$version/bin/clonestage" "$home_bin/clonestage" &&
+    cmp -s "$helper_data/clonestage/$version/bin/clonestage-spawn" "$home_bin/clonestage-spawn" &&
+    cmp -s "$ws4/tools/bazel" "$root/tools/bazel" && grep -q "config=clonestage" "$ws4/.bazelrc" &&
+    grep -q "installing the helper and the spawn wrapper that Bazel built" "$log" && ! grep -q "cargo build" "$log"; then
+    pass "module: the helper branch (bzlmod's) installs a Bazel-built helper and wrapper without cargo"
+  else
+    fail "module: the helper branch" "exit $rc" "$(tail_of "$log" 15)"
+  fi
+
+  # 6. A failing install (no cargo on PATH) says so and leaves nothing half-installed.
+  local ws3="$dir/ws3" fail_data="$dir/faildata" nocargo_path=""
+  mkdir -p "$ws3"
+  local d
+  local IFS=:
+  for d in $PATH; do
+    [ -x "$d/cargo" ] || nocargo_path="${nocargo_path:+$nocargo_path:}$d"
+  done
+  unset IFS
+  log="$dir/nocargo.log"
+  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE PATH="$nocargo_path" XDG_DATA_HOME="$fail_data" "$prog" "$ws3") >"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 1 ] && grep -q "cargo not found" "$log" && ! [ -e "$fail_data/clonestage/$version/bin" ] &&
+    [ -z "$(ls -A "$ws3")" ]; then
+    pass "module: an install without cargo fails with the reason and leaves no per-version home and an untouched workspace"
+  else
+    fail "module: install without cargo" "exit $rc (want 1); $(find "$fail_data" 2>/dev/null | head -5 | tr '\n' ' '); ws3: $(find "$ws3" -mindepth 1 | tr '\n' ' ')" "$(tail_of "$log" 10)"
+  fi
+  say "module path: $((SECONDS - t0)) s"
+}
+
+# --- the checkout path (the README's "without the module") ------------------------------------
+
+checkout_path() {
+  local t0=$SECONDS dir="$work/checkout" ws log rc
+  mkdir -p "$dir/home"
+  export HOME="$dir/home"
+  homes+=("$HOME")
+  ws="$dir/ws"
+  make_workspace "$ws" ""
+
+  # The README's words, one by one.
+  mkdir -p "$ws/tools"
+  cp "$root/tools/bazel" "$root/strategy/clonestage.bazelrc" "$ws/tools/"
+  log="$dir/install.log"
+  (cd "$root" && timeout -k 10 1800 bash tools/install-binaries.sh) >"$log" 2>&1
+  rc=$?
+  printf '%s\n' 'try-import %workspace%/tools/clonestage.bazelrc' 'build --config=clonestage' >>"$ws/.bazelrc"
+  if [ "$rc" = 0 ] && [ -x "$HOME/.local/share/clonestage/$version/bin/clonestage-spawn" ]; then
+    pass "checkout: bash tools/install-binaries.sh installed both binaries ($(grep -o 'building clonestage-spawn: [a-z+]*' "$log" | head -n 1); $((SECONDS - t0)) s)"
+  else
+    fail "checkout: bash tools/install-binaries.sh" "exit $rc" "$(tail_of "$log" 30)"
+  fi
+  # Bazel of the checkout (install-binaries.sh built the wrapper with it) is not needed again.
+  (cd "$root" && CLONESTAGE_DISABLE=1 timeout 60 bazel shutdown) >/dev/null 2>&1
+
+  log="$dir/test.log"
+  (cd "$ws" && timeout -k 10 600 bazel test //...) >"$log" 2>&1
+  rc=$?
+  check_through_clonestage "checkout: bazel test //... runs its actions through clonestage" "$ws" "$log" "$rc"
+  say "checkout path: $((SECONDS - t0)) s"
+}
+
+for p in "${paths[@]}"; do
+  case "$p" in
+    module) module_path ;;
+    checkout) checkout_path ;;
+    *)
+      echo "run.sh: unknown path $p (module, checkout)" >&2
+      exit 2
+      ;;
+  esac
+  # One Bazel server at a time on this machine.
+  for h in "${homes[@]}"; do
+    for ws in "$h"/../ws*; do
+      [ -d "$ws" ] && (cd "$ws" && HOME="$h" CLONESTAGE_DISABLE=1 timeout 60 bazel shutdown) >/dev/null 2>&1
+    done
+  done
+done
+
+say "$passed passed, $failed failed"
+[ "$failed" = 0 ]
