@@ -7,10 +7,10 @@
 # APPLE_SDK_VERSION_OVERRIDE:
 #   1. Xcode 15.2: the action ran remotely and its env has the stub Xcode's DEVELOPER_DIR,
 #      SDKROOT from the stub xcrun, and TMPDIR;
-#   2. Xcode 16.1 with --spawn_strategy=remote: the build fails, and Bazel prints the
-#      server's message naming 16.1 and the installed 15.2;
+#   2. Xcode 16.1 with --spawn_strategy=remote: the action fails (exit 1), and Bazel prints
+#      its stderr, the server's message naming 16.1 and the installed 15.2;
 #   3. Xcode 16.1 under the strategy of --config=clonestage (remote,local with
-#      --remote_local_fallback): Bazel runs it locally; the server logged the warning.
+#      --remote_local_fallback): the same failure with the message, no silent local run.
 #
 # Prints PASS/FAIL per check and "N passed, M failed"; exit 1 on any failure. Everything lives
 # in one temp dir (TMPDIR), removed on exit with the Bazel server and clonestage server it
@@ -120,23 +120,24 @@ else
     "$(tail -5 "$tmp/found.log")" "$(grep -E 'DEVELOPER_DIR|SDKROOT|TMPDIR' bazel-bin/env.txt 2>/dev/null)"
 fi
 
-# 2. missing, no fallback
+# 2. missing, no fallback: a failed action whose stderr (printed by Bazel) names the Xcode
 if ! build missing.log 16.1 --spawn_strategy=remote &&
-  grep -q 'Failed Precondition: Xcode 16.1 (XCODE_VERSION_OVERRIDE) is not installed' "$tmp/missing.log" &&
+  grep -q 'clonestage: Xcode 16.1 (XCODE_VERSION_OVERRIDE) is not installed' "$tmp/missing.log" &&
   grep -q "installed: 15.2.0.15C500b at $dev" "$tmp/missing.log"; then
   pass "Xcode 16.1 without fallback: the build fails with the server's message"
 else
   fail "Xcode 16.1 without fallback: the build fails with the server's message" "$(tail -8 "$tmp/missing.log")"
 fi
 
-# 3. missing, with --config=clonestage's fallback: runs locally, the server says why
-if build fallback.log 16.1 --spawn_strategy=remote,local --remote_local_fallback &&
-  grep -q '1 local' "$tmp/fallback.log" &&
-  grep -q 'an Apple action cannot run here' "$tmp/serve.log"; then
-  pass "Xcode 16.1 with --remote_local_fallback: Bazel runs it locally; the server's log warns"
+# 3. missing, with --config=clonestage's fallback: still a failed action with the message,
+# never a silent local run (an Execute error would have been retried locally without a word)
+if ! build fallback.log 16.1 --spawn_strategy=remote,local --remote_local_fallback &&
+  ! grep -q '1 local' "$tmp/fallback.log" &&
+  grep -q 'clonestage: Xcode 16.1 (XCODE_VERSION_OVERRIDE) is not installed' "$tmp/fallback.log"; then
+  pass "Xcode 16.1 with --remote_local_fallback: the build fails with the server's message, no silent local run"
 else
-  fail "Xcode 16.1 with --remote_local_fallback: Bazel runs it locally; the server's log warns" \
-    "$(tail -5 "$tmp/fallback.log")"
+  fail "Xcode 16.1 with --remote_local_fallback: the build fails with the server's message, no silent local run" \
+    "$(tail -8 "$tmp/fallback.log")"
 fi
 
 echo "$passed passed, $failed failed"

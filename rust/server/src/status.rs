@@ -41,7 +41,8 @@ pub(crate) enum Failure {
     },
     NotFound(String),
     /// The host is not in the state the action needs (e.g. the Xcode it names is not
-    /// installed); no MISSING violations, so Bazel does not upload and retry.
+    /// installed). Execute answers it as a failed action with this on stderr
+    /// (`execution::host_lacks`), so Bazel shows it even under --remote_local_fallback.
     FailedPrecondition(String),
     Unavailable(String),
     /// The cache's filesystem (or the user's quota) is full.

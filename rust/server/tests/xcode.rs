@@ -1,9 +1,9 @@
 //! The Apple environment end to end: a server whose Apple tools are stub programs
 //! (`CLONESTAGE_APPLE_TOOLS`, test/diagnostic only) runs `env` for an action carrying
 //! `XCODE_VERSION_OVERRIDE`/`APPLE_SDK_PLATFORM`/`APPLE_SDK_VERSION_OVERRIDE`, and the command
-//! sees DEVELOPER_DIR, SDKROOT and TMPDIR; an Xcode that is not installed fails that action
-//! with FAILED_PRECONDITION naming it, and the server carries on. One test function: the
-//! variable is set once, before the server reads it.
+//! sees DEVELOPER_DIR, SDKROOT and TMPDIR; an Xcode that is not installed makes that action a
+//! failed one (exit 1) whose stderr names it, and the server carries on. One test function:
+//! the variable is set once, before the server reads it.
 
 mod common;
 
@@ -11,7 +11,6 @@ use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use tonic::Code;
 
 fn stub(dir: &Path, name: &str, body: &str) {
     let p = dir.join(name);
@@ -108,16 +107,21 @@ async fn apple_actions_get_developer_dir_sdkroot_and_tmpdir() {
         );
     }
 
-    // An Xcode that is not installed: the action fails, naming it and the installed ones.
+    // An Xcode that is not installed: the action fails (exit 1, status OK, so Bazel prints its
+    // stderr and never falls back to a silent local run), naming it and the installed ones.
     let mut missing = apple;
     missing[2] = ("XCODE_VERSION_OVERRIDE", "16.1");
     let action = upload_action(&mut c, &env_cmd(&missing), root, None, false).await;
     let (_, resp) = c.execute(action, true).await;
-    let st = resp.status.expect("a status");
-    assert_eq!(st.code, Code::FailedPrecondition as i32, "{st:?}");
-    assert!(resp.result.is_none());
+    assert_eq!(resp.status.as_ref().map_or(0, |s| s.code), 0, "{resp:?}");
+    let r = resp.result.expect("a failed action's result");
+    assert_eq!(r.exit_code, 1, "{r:?}");
+    let err = String::from_utf8(c.read_proto(r.stderr_digest.as_ref().unwrap()).await).unwrap();
     for want in ["Xcode 16.1", "14.3.1.14E300 at ", "15.2.0.15C500b at "] {
-        assert!(st.message.contains(want), "{want:?} not in {}", st.message);
+        assert!(
+            err.contains(want),
+            "{want:?} not in the action's stderr: {err}"
+        );
     }
     assert!(
         c.cached_result(action).await.is_err(),
