@@ -16,41 +16,9 @@
 # `transport: ...` summary lines; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
-PY=$TOOLS/venv/bin/python
-BIN=${CLONESTAGE_BIN:-$PWD/rust/target/release/clonestage}
-
-if ! "$PY" -c 'import grpc' 2>/dev/null; then
-    echo "transport: no grpcio in $TOOLS/venv (run .ci/install.sh)" >&2
-    exit 1
-fi
-[ -x "$BIN" ] || { echo "transport: $BIN not built (cargo build --release --bin clonestage)" >&2; exit 1; }
-
-tmp=$(mktemp -d /tmp/cst.XXXXXX) # short: a socket path has at most 107 bytes
-cache=$tmp/c
-sock=$cache/server/clonestage.sock
-pid=
-# shellcheck disable=SC2317 # run by the EXIT trap
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid"
-        for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-# No action runs here, so the spawn wrapper is never started (CLONESTAGE_PRESPAWN=0).
-CLONESTAGE_PRESPAWN=0 "$BIN" serve --cache "$cache" --jobs 1 --spawn /bin/false \
-    >"$tmp/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-    [ -s "$cache/server/tcp-port" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/server.log" >&2; echo "transport: the server exited" >&2; exit 1; }
-    sleep 0.1
-done
-[ -S "$sock" ] || { cat "$tmp/server.log" >&2; echo "transport: no socket at $sock" >&2; exit 1; }
+NAME=transport PY_MODULES="grpc"
+# shellcheck source=tests/lib/grpc_server.sh
+. tests/lib/grpc_server.sh
 
 status=0
 "$PY" tests/transport/client.py "$sock" || status=1

@@ -3,26 +3,12 @@
 //! server's private TCP rc file (Bazel 4.2.3 exits 37 without a message on `unix:`); the
 //! bare form, which prints the unix executor, says on stderr that it is for Bazel 6+.
 
+mod common;
+
+use common::{cs, serve, stderr, stdout};
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::Child;
 use std::time::{Duration, Instant};
-
-fn cs(cache: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .arg("--cache")
-        .arg(cache)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 struct Server(Child);
 
@@ -33,21 +19,16 @@ impl Drop for Server {
     }
 }
 
-fn serve(cache: &Path) -> Server {
-    // Nothing runs an action here: any executable serves as the wrapper.
-    let server = Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .arg("--cache")
-        .arg(cache)
-        .args(["serve", "--spawn", "/bin/true", "--jobs", "1"])
-        .env("CLONESTAGE_PRESPAWN", "0")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut server = Server(server);
+/// A ready server that is stopped when the test ends, with its TCP side up too (the rc file
+/// `--for-bazel 4.x` names).
+fn serve_guarded(cache: &Path) -> Server {
+    let server = Server(serve(cache));
     let t0 = Instant::now();
     while !cs(cache, &["address", "--tcp"]).status.success() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "server never ready");
-        assert!(server.0.try_wait().unwrap().is_none(), "serve ended early");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "TCP side never ready"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     server
@@ -64,7 +45,7 @@ fn for_bazel_prints_the_rc_line_that_version_can_use() {
         "{none:?}"
     );
 
-    let _server = serve(&cache);
+    let _server = serve_guarded(&cache);
     let real = cache.canonicalize().unwrap();
     let sock = real.join("server/clonestage.sock");
     let rc = real.join("server/tcp.bazelrc");
@@ -111,7 +92,7 @@ fn for_bazel_prints_the_rc_line_that_version_can_use() {
 fn the_bare_unix_line_says_it_is_for_bazel_6_and_later() {
     let t = tempfile::tempdir().unwrap();
     let cache = t.path().join("cache");
-    let _server = serve(&cache);
+    let _server = serve_guarded(&cache);
     let o = cs(&cache, &["address"]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     // stdout stays the one flag the launcher reads.

@@ -2,41 +2,11 @@
 //! filesystem and staging method with its reason), the server's version file, and
 //! `address --same-version` (what tools/bazel restarts a server of another version by).
 
+mod common;
+
+use common::{cs, serve, stdout};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
-
-fn cs(cache: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .arg("--cache")
-        .arg(cache)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A server on `cache`, ready; nothing runs an action here, so any executable is the wrapper.
-fn serve(cache: &Path) -> Child {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .arg("--cache")
-        .arg(cache)
-        .args(["serve", "--spawn", "/bin/true", "--jobs", "1"])
-        .env("CLONESTAGE_PRESPAWN", "0")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !cs(cache, &["address"]).status.success() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "server never ready");
-        assert!(server.try_wait().unwrap().is_none(), "serve ended early");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server
-}
+use std::process::Child;
 
 fn stop(cache: &Path, mut server: Child) {
     assert_eq!(
@@ -52,7 +22,10 @@ fn status_says_down_then_up_with_pid_version_and_transport_but_never_the_token()
     let cache = t.path().join("cache");
     let missing = cs(&cache, &["status"]);
     assert_eq!(missing.status.code(), Some(3), "{missing:?}");
-    assert!(out(&missing).contains("does not exist yet"), "{missing:?}");
+    assert!(
+        stdout(&missing).contains("does not exist yet"),
+        "{missing:?}"
+    );
 
     let server = serve(&cache);
     let canon = cache.canonicalize().unwrap();
@@ -62,7 +35,7 @@ fn status_says_down_then_up_with_pid_version_and_transport_but_never_the_token()
         "the server writes its version"
     );
     let up = cs(&cache, &["status"]);
-    let text = out(&up);
+    let text = stdout(&up);
     assert_eq!(up.status.code(), Some(0), "{up:?}");
     assert!(
         text.contains(&format!(
@@ -92,7 +65,7 @@ fn status_says_down_then_up_with_pid_version_and_transport_but_never_the_token()
     stop(&cache, server);
     let down = cs(&cache, &["status"]);
     assert_eq!(down.status.code(), Some(3), "{down:?}");
-    assert!(out(&down).contains("server: down"), "{down:?}");
+    assert!(stdout(&down).contains("server: down"), "{down:?}");
 }
 
 #[test]
@@ -102,7 +75,10 @@ fn address_same_version_refuses_a_server_of_another_version_naming_both() {
     let server = serve(&cache);
     let ok = cs(&cache, &["address", "--same-version"]);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
-    assert!(out(&ok).starts_with("--remote_executor=unix://"), "{ok:?}");
+    assert!(
+        stdout(&ok).starts_with("--remote_executor=unix://"),
+        "{ok:?}"
+    );
 
     // As a server of another version would have written it.
     std::fs::write(cache.join("server/version"), "0.0.9\n").unwrap();
@@ -122,7 +98,7 @@ fn address_same_version_refuses_a_server_of_another_version_naming_both() {
         cs(&cache, &["address"]).status.success(),
         "plain address is unchanged"
     );
-    assert!(out(&cs(&cache, &["status"])).contains("clonestage 0.0.9"));
+    assert!(stdout(&cs(&cache, &["status"])).contains("clonestage 0.0.9"));
     stop(&cache, server);
 }
 
@@ -153,7 +129,7 @@ fn status_names_the_filesystem_and_the_method_chosen_there() {
         let cache = t.path().join("cache");
         std::fs::create_dir(&cache).unwrap();
         let o = cs(&cache, &["status"]);
-        let text = out(&o);
+        let text = stdout(&o);
         assert_eq!(o.status.code(), Some(3), "no server: {o:?}");
         assert!(text.contains(&format!("({fs})")), "{var}: {text}");
         assert!(
@@ -168,5 +144,5 @@ fn status_names_the_filesystem_and_the_method_chosen_there() {
     // Whatever the temp dir's filesystem, the line is there.
     let t = tempfile::tempdir().unwrap();
     let o = cs(t.path(), &["status"]);
-    assert!(out(&o).contains("staging: "), "{o:?}");
+    assert!(stdout(&o).contains("staging: "), "{o:?}");
 }

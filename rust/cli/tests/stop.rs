@@ -1,18 +1,9 @@
 //! `clonestage stop`: stops the server serving a cache (SIGTERM, then waits for it to release
 //! the cache lock), with exit 3 when none runs.
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod common;
 
-fn cs(cache: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .arg("--cache")
-        .arg(cache)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::{cs, serve};
 
 #[test]
 fn stop_ends_the_server_for_the_cache_and_says_when_none_runs() {
@@ -22,21 +13,7 @@ fn stop_ends_the_server_for_the_cache_and_says_when_none_runs() {
     assert_eq!(none.status.code(), Some(3), "{none:?}");
     assert!(String::from_utf8_lossy(&none.stderr).contains("no server is running"));
 
-    // Nothing runs an action here: any executable serves as the wrapper.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .arg("--cache")
-        .arg(&cache)
-        .args(["serve", "--spawn", "/bin/true", "--jobs", "1"])
-        .env("CLONESTAGE_PRESPAWN", "0")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !cs(&cache, &["address"]).status.success() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "server never ready");
-        assert!(server.try_wait().unwrap().is_none(), "serve ended early");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut server = serve(&cache);
     let stopped = cs(&cache, &["stop", "--timeout", "20"]);
     assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
     assert!(
