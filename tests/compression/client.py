@@ -21,68 +21,21 @@ Prints `compression: ...` lines; exits 1 on any failure.
 """
 
 import hashlib
+import os
 import sys
 import time
 
 import grpc
 import zstandard
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from wire import decode, f_bytes, f_varint, read_varint  # noqa: E402
+
 TIMEOUT = 120
 CHUNK = 16 * 1024  # Bazel's Chunker default
 V2 = "/build.bazel.remote.execution.v2."
 BS = "/google.bytestream.ByteStream/"
 SHA256, BLAKE3, ZSTD = 1, 9, 1  # DigestFunction.Value, Compressor.Value
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def read_varint(buf, i):
-    n, shift = 0, 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, i
-
-
-def fbytes(num, data):
-    return varint(num << 3 | 2) + varint(len(data)) + data
-
-
-def fvarint(num, n):
-    return varint(num << 3) + varint(n)
-
-
-def parse(buf):
-    fields, i = {}, 0
-    while i < len(buf):
-        key, i = read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            val, i = read_varint(buf, i)
-        elif wire == 2:
-            n, i = read_varint(buf, i)
-            val, i = buf[i : i + n], i + n
-        elif wire == 1:
-            val, i = buf[i : i + 8], i + 8
-        elif wire == 5:
-            val, i = buf[i : i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        fields.setdefault(num, []).append(val)
-    return fields
 
 
 def enums(fields, num):
@@ -100,7 +53,7 @@ def enums(fields, num):
 
 
 def digest(blob):
-    return fbytes(1, hashlib.sha256(blob).hexdigest().encode()) + fvarint(2, len(blob))
+    return f_bytes(1, hashlib.sha256(blob).hexdigest().encode()) + f_varint(2, len(blob))
 
 
 def write(ch, name, data):
@@ -109,13 +62,13 @@ def write(ch, name, data):
     def reqs():
         for off in range(0, max(len(data), 1), CHUNK):
             piece = data[off : off + CHUNK]
-            m = fbytes(1, name.encode()) if off == 0 else b""
-            m += fvarint(2, off) if off else b""
+            m = f_bytes(1, name.encode()) if off == 0 else b""
+            m += f_varint(2, off) if off else b""
             if off + CHUNK >= len(data):
-                m += fvarint(3, 1)
-            yield m + fbytes(10, piece)
+                m += f_varint(3, 1)
+            yield m + f_bytes(10, piece)
 
-    reply = parse(ch.stream_unary(BS + "Write")(reqs(), timeout=TIMEOUT))
+    reply = decode(ch.stream_unary(BS + "Write")(reqs(), timeout=TIMEOUT))
     committed = reply.get(1, [0])[0]
     if committed >= 1 << 63:
         committed -= 1 << 64
@@ -124,7 +77,7 @@ def write(ch, name, data):
 
 def read(ch, name):
     return b"".join(
-        b"".join(parse(m).get(10, [])) for m in ch.unary_stream(BS + "Read")(fbytes(1, name.encode()), timeout=TIMEOUT)
+        b"".join(decode(m).get(10, [])) for m in ch.unary_stream(BS + "Read")(f_bytes(1, name.encode()), timeout=TIMEOUT)
     )
 
 
@@ -155,9 +108,9 @@ def main():
     with grpc.insecure_channel("unix:" + sock, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
 
         def capabilities():
-            caps = parse(ch.unary_unary(V2 + "Capabilities/GetCapabilities")(b"", timeout=TIMEOUT))
-            cache = parse(caps[1][0])
-            execution = parse(caps[2][0])
+            caps = decode(ch.unary_unary(V2 + "Capabilities/GetCapabilities")(b"", timeout=TIMEOUT))
+            cache = decode(caps[1][0])
+            execution = decode(caps[2][0])
             got = (enums(cache, 6), enums(cache, 1), enums(execution, 5))
             if got != ([ZSTD], [SHA256], [SHA256]):
                 raise AssertionError(f"supported_compressors, digest_functions (cache, exec): {got}")
@@ -184,7 +137,7 @@ def main():
             return f"{len(blob)} bytes, {len(z)} up, {len(zback)} down compressed"
 
         def blake3():
-            req = fbytes(2, digest(b"x")) + fvarint(3, BLAKE3)  # FindMissingBlobsRequest
+            req = f_bytes(2, digest(b"x")) + f_varint(3, BLAKE3)  # FindMissingBlobsRequest
             a = expect_invalid(
                 "FindMissingBlobs", lambda: ch.unary_unary(V2 + "ContentAddressableStorage/FindMissingBlobs")(req, timeout=TIMEOUT)
             )

@@ -12,12 +12,15 @@ place, so the flags other slices add (`serve --max-size`, `clonestage stop`) can
 import hashlib
 import os
 import signal
-import struct
 import subprocess
+import sys
 import time
 import uuid
 
 import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from wire import decode, f_bytes, f_varint  # noqa: E402
 
 # --- the server's command line and files, in one place -------------------------------------
 
@@ -43,69 +46,7 @@ CONFIG = {
 CRASH_MARKERS = ("panicked at", "has overflowed its stack", "fatal runtime error", "Aborted",
                  "SIGSEGV", "stack backtrace")
 
-# --- protobuf wire format --------------------------------------------------------------------
-
-
-def _varint(n):
-    if n < 0:
-        n += 1 << 64
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def f_varint(field, n):
-    return _varint(field << 3) + _varint(int(n))
-
-
-def f_bytes(field, data):
-    if isinstance(data, str):
-        data = data.encode("utf-8", "surrogateescape")
-    return _varint(field << 3 | 2) + _varint(len(data)) + data
-
-
-def decode(buf):
-    """Decode one message into {field: [values]} (varints as int, length-delimited as bytes)."""
-    out = {}
-    i = 0
-    n = len(buf)
-    while i < n:
-        key, i = _read_varint(buf, i)
-        field, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = _read_varint(buf, i)
-        elif wt == 2:
-            ln, i = _read_varint(buf, i)
-            v = bytes(buf[i:i + ln])
-            i += ln
-        elif wt == 1:
-            v = struct.unpack_from("<Q", buf, i)[0]
-            i += 8
-        elif wt == 5:
-            v = struct.unpack_from("<I", buf, i)[0]
-            i += 4
-        else:
-            raise ValueError("wire type %d" % wt)
-        out.setdefault(field, []).append(v)
-    return out
-
-
-def _read_varint(buf, i):
-    shift = 0
-    v = 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return v, i
-        shift += 7
+# --- decoded messages (the wire format: tests/lib/wire.py) -------------------------------------
 
 
 def one(msg, field, default=None):

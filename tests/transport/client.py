@@ -17,71 +17,23 @@ only grpcio. Prints one line per RPC, one per form and a summary line
 """
 
 import hashlib
+import os
 import sys
 
 import grpc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from wire import decode, f_bytes, f_varint  # noqa: E402
+
 TIMEOUT = 10  # seconds per RPC: a refused stream fails at once, a hang must not hang CI
 
 
-# --- protobuf wire format, just what these messages need -----------------------------------
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field_bytes(num, data):
-    return varint(num << 3 | 2) + varint(len(data)) + data
-
-
-def field_varint(num, n):
-    return varint(num << 3) + varint(n)
-
-
-def parse(buf):
-    """{field number: [values]}; varints as int, length-delimited as bytes."""
-    fields, i = {}, 0
-    while i < len(buf):
-        key, i = read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            val, i = read_varint(buf, i)
-        elif wire == 2:
-            n, i = read_varint(buf, i)
-            val, i = buf[i : i + n], i + n
-        elif wire == 1:
-            val, i = buf[i : i + 8], i + 8
-        elif wire == 5:
-            val, i = buf[i : i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wire} in field {num}")
-        fields.setdefault(num, []).append(val)
-    return fields
-
-
-def read_varint(buf, i):
-    n, shift = 0, 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, i
+# --- messages (the wire format: tests/lib/wire.py) ---------------------------------------
 
 
 def digest(data):
     # build.bazel.remote.execution.v2.Digest: hash = 1, size_bytes = 2
-    return field_bytes(1, hashlib.sha256(data).hexdigest().encode()) + field_varint(2, len(data))
+    return f_bytes(1, hashlib.sha256(data).hexdigest().encode()) + f_varint(2, len(data))
 
 
 # --- the RPCs --------------------------------------------------------------------------------
@@ -95,16 +47,16 @@ def call(channel, method, request):
 
 
 def get_capabilities(channel, _blob):
-    reply = parse(call(channel, V2 + "Capabilities/GetCapabilities", b""))
+    reply = decode(call(channel, V2 + "Capabilities/GetCapabilities", b""))
     # ServerCapabilities.execution_capabilities = 2, ExecutionCapabilities.exec_enabled = 2
-    execution = parse(reply[2][0]) if 2 in reply else {}
+    execution = decode(reply[2][0]) if 2 in reply else {}
     if execution.get(2) != [1]:
         raise AssertionError(f"exec_enabled not set in {reply!r}")
 
 
 def find_missing(channel, blob):
     # FindMissingBlobsRequest.blob_digests = 2; the response's missing_blob_digests = 2
-    reply = parse(call(channel, V2 + "ContentAddressableStorage/FindMissingBlobs", field_bytes(2, digest(blob))))
+    reply = decode(call(channel, V2 + "ContentAddressableStorage/FindMissingBlobs", f_bytes(2, digest(blob))))
     return reply.get(2, [])
 
 
@@ -116,9 +68,9 @@ def missing_before(channel, blob):
 def write(channel, blob):
     h = hashlib.sha256(blob).hexdigest()
     # WriteRequest: resource_name = 1, write_offset = 2, finish_write = 3, data = 10
-    req = field_bytes(1, f"uploads/transport-test/blobs/{h}/{len(blob)}".encode())
-    req += field_varint(3, 1) + field_bytes(10, blob)
-    reply = parse(channel.stream_unary(BS + "Write")(iter([req]), timeout=TIMEOUT))
+    req = f_bytes(1, f"uploads/transport-test/blobs/{h}/{len(blob)}".encode())
+    req += f_varint(3, 1) + f_bytes(10, blob)
+    reply = decode(channel.stream_unary(BS + "Write")(iter([req]), timeout=TIMEOUT))
     if reply.get(1) != [len(blob)]:
         raise AssertionError(f"committed_size {reply.get(1)} != {len(blob)}")
 
@@ -132,8 +84,8 @@ def read(channel, blob):
     h = hashlib.sha256(blob).hexdigest()
     # ReadRequest.resource_name = 1; ReadResponse.data = 10
     got = b"".join(
-        b"".join(parse(m).get(10, []))
-        for m in channel.unary_stream(BS + "Read")(field_bytes(1, f"blobs/{h}/{len(blob)}".encode()), timeout=TIMEOUT)
+        b"".join(decode(m).get(10, []))
+        for m in channel.unary_stream(BS + "Read")(f_bytes(1, f"blobs/{h}/{len(blob)}".encode()), timeout=TIMEOUT)
     )
     if got != blob:
         raise AssertionError(f"read {len(got)} bytes, not the {len(blob)} written")
