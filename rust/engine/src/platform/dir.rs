@@ -32,6 +32,21 @@ pub fn cstr(p: impl AsRef<std::ffi::OsStr>) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
 }
 
+/// statfs(2) of `path`, the error naming it (the struct's fields differ per OS; each OS file
+/// reads its own).
+pub fn statfs(path: &std::path::Path) -> io::Result<libc::statfs> {
+    let c = cstr(path)?;
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("statfs {}: {e}", path.display()),
+        ));
+    }
+    Ok(sf)
+}
+
 /// An open directory, used as the anchor for `*at` calls.
 pub struct Dir {
     fd: OwnedFd,

@@ -2,7 +2,7 @@
 //! snapshots as the whole-tree clone. Other filesystems answer EOPNOTSUPP/EXDEV/EINVAL, which
 //! the stager treats as "fall back".
 
-use super::dir::{check, cstr, open_read_at, Dir};
+use super::dir::{check, cstr, open_read_at, statfs, Dir};
 use super::TreeClone;
 use std::ffi::CStr;
 use std::io;
@@ -78,10 +78,9 @@ pub fn clone_file_at(
     r
 }
 
+#[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
 fn is_btrfs(path: &Path) -> bool {
-    let Ok(c) = cstr(path) else { return false };
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    unsafe { libc::statfs(c.as_ptr(), &mut sf) == 0 && sf.f_type as i64 == BTRFS_SUPER_MAGIC }
+    statfs(path).is_ok_and(|sf| sf.f_type as i64 == BTRFS_SUPER_MAGIC)
 }
 
 pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
@@ -91,15 +90,7 @@ pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
 /// The filesystem `path` is on, by statfs(2)'s f_type (<linux/magic.h>); an unknown magic is
 /// shown in hex.
 pub fn filesystem_name(path: &Path) -> std::io::Result<String> {
-    let c = cstr(path)?;
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(std::io::Error::new(
-            e.kind(),
-            format!("statfs {}: {e}", path.display()),
-        ));
-    }
+    let sf = statfs(path)?;
     #[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
     let magic = sf.f_type as i64 & 0xffff_ffff;
     Ok(match magic {

@@ -1,7 +1,7 @@
 //! macOS: `clonefile(2)` clones a file or a whole directory tree on APFS in one call.
 //! Type-checked and linted in CI for aarch64-apple-darwin; not run there (no macOS host).
 
-use super::dir::{check, cstr, Dir};
+use super::dir::{check, cstr, statfs, Dir};
 use super::TreeClone;
 use std::ffi::CStr;
 use std::io;
@@ -46,18 +46,7 @@ pub fn clone_file_at(
 }
 
 fn is_apfs(dir: &Path) -> bool {
-    let Ok(c) = cstr(dir) else { return false };
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        return false;
-    }
-    let name: Vec<u8> = sf
-        .f_fstypename
-        .iter()
-        .take_while(|&&b| b != 0)
-        .map(|&b| b as u8)
-        .collect();
-    name == b"apfs"
+    filesystem_name(dir).is_ok_and(|n| n == "apfs")
 }
 
 pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
@@ -66,15 +55,7 @@ pub fn tree_clone_kind(dir: &Path) -> Option<TreeClone> {
 
 /// The filesystem `path` is on, as statfs(2)'s f_fstypename names it ("apfs", "hfs", ...).
 pub fn filesystem_name(path: &Path) -> std::io::Result<String> {
-    let c = cstr(path)?;
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(std::io::Error::new(
-            e.kind(),
-            format!("statfs {}: {e}", path.display()),
-        ));
-    }
+    let sf = statfs(path)?;
     let name: Vec<u8> = sf
         .f_fstypename
         .iter()
