@@ -150,7 +150,7 @@ impl Plan {
         let mut known: HashMap<Digest, Facts> = HashMap::new();
         // Each digest once, at the shallowest depth it occurs (breadth-first finds that first).
         let mut visited: HashMap<Digest, usize> = HashMap::new();
-        let mut missing = false;
+        let mut missing: Option<Digest> = None;
         let mut queue = VecDeque::from([(*root, String::new(), 0usize)]);
         while let Some((d, path, depth)) = queue.pop_front() {
             if visited.contains_key(&d) {
@@ -181,7 +181,7 @@ impl Plan {
                         dir
                     }
                     None => {
-                        missing = true;
+                        missing.get_or_insert(d);
                         continue;
                     }
                 },
@@ -196,9 +196,15 @@ impl Plan {
                 }
             }
         }
-        if missing {
+        if let Some(first) = missing {
+            let mut digests = tree::find_missing(cache, root)?;
+            if digests.is_empty() {
+                // Uploaded again since the walk missed it (Bazel re-sends what another action's
+                // answer named missing): still name the one this walk could not read.
+                digests.push(first);
+            }
             return Err(Error::Missing {
-                digests: tree::find_missing(cache, root)?,
+                digests,
                 path: String::new(),
             });
         }
