@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Static check of the Rust code's layout: the rules a reader relies on.
+
+Contract: `python3 tests/layout/check.py [RUST_DIR]` (RUST_DIR defaults to
+this checkout's rust/) reads the crates listed in RUST_DIR/Cargo.toml's
+workspace members, runs no compiler, and exits 0 when every rule holds, 1
+with one line per problem otherwise (2 on bad usage). Well under a second;
+one step of tests/run.sh.
+
+Rules (issue 13, "one redesign step for the next reader"):
+
+1. no import cycle between the modules of one crate. A file imports the
+   module of each `crate::a::b` path it names (`use`, or a path in code) and
+   of each `super::x`; a cycle among files is reported with the names that
+   tie it. Imports of a file's own submodules (its children) are not edges:
+   a parent declaring and re-exporting its children is the module tree, not a
+   loop. The same holds one level up, between a crate's top-level modules
+   (`state` -> `execution` -> `state` is a loop even when it runs through
+   different files of `execution/`) in the crates of TOP_LEVEL_ACYCLIC (the
+   server, as issue 13 asks). Not in the engine, where the cache and the tree
+   format need each other by nature: Directories are stored in the cache, and
+   the cache's gc walks them.
+2. no non-test source file over 400 lines unless its `//!` header says why,
+   with a line starting `//! Long because` (tests, `tests.rs`, `tests_*.rs`,
+   `tests/` and benches are exempt).
+3. no two files of the same name in one crate where a reader would confuse
+   them: names repeated across folders other than the conventional ones
+   (mod.rs, lib.rs, main.rs, tests.rs, and the per-platform linux.rs /
+   macos.rs behind one interface).
+4. every source file starts with a `//!` doc saying what it owns.
+"""
+
+import os
+import re
+import sys
+import tomllib
+
+MAX_LINES = 400
+CONVENTIONAL = {"mod.rs", "lib.rs", "main.rs", "tests.rs", "linux.rs", "macos.rs", "build.rs"}
+TOP_LEVEL_ACYCLIC = {"clonestage-server"}
+PATH_RE = re.compile(r"\b(crate|super)((?:::[a-z_][a-z0-9_]*)+)")
+
+
+def is_test_file(rel):
+    base = os.path.basename(rel)
+    parts = rel.split(os.sep)
+    return base == "tests.rs" or base.startswith("tests_") or "tests" in parts[:-1] or "benches" in parts
+
+
+def crate_sources(crate_dir):
+    src = os.path.join(crate_dir, "src")
+    out = []
+    for dirpath, _, files in os.walk(src):
+        for f in files:
+            if f.endswith(".rs"):
+                out.append(os.path.relpath(os.path.join(dirpath, f), src))
+    return sorted(out)
+
+
+def module_of(rel):
+    """src-relative file -> module path tuple (lib.rs/main.rs -> ())."""
+    parts = rel[:-3].split(os.sep)
+    if parts[-1] in ("lib", "main") and len(parts) == 1:
+        return ()
+    if parts[-1] == "mod":
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+
+
+def cfg_test_blocks_removed(text):
+    """Drop `#[cfg(test)] mod ... { ... }` bodies: test code may reach anywhere."""
+    out, i = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", text):
+        if m.start() < i:
+            continue
+        out.append(text[i:m.start()])
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        i = j
+    out.append(text[i:])
+    return "".join(out)
+
+
+def imports(mod, text, modules):
+    """Modules (files) this file names, resolved to the longest existing prefix."""
+    found = set()
+    for m in PATH_RE.finditer(text):
+        segs = [s for s in m.group(2).split("::") if s]
+        if m.group(1) == "crate":
+            base = []
+        else:
+            # `super` in a mod.rs/lib.rs file is its parent module; in a leaf file
+            # the parent too (the leaf is the module itself).
+            base = list(mod[:-1])
+        path = tuple(base + segs)
+        for k in range(len(path), -1, -1):
+            if path[:k] in modules:
+                target = path[:k]
+                break
+        else:
+            continue
+        # Own descendants are the module tree, not an import loop; own ancestors'
+        # re-exports are resolved to the ancestor file (a real edge).
+        if target != mod and target[: len(mod)] != mod:
+            found.add(target)
+    return found
+
+
+def find_cycles(edges):
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def check_crate(crate_dir, name):
+    problems = []
+    files = crate_sources(crate_dir)
+    modfile = {module_of(f): f for f in files}
+    modules = set(modfile)
+    edges = {}
+    by_name = {}
+    for rel in files:
+        path = os.path.join(crate_dir, "src", rel)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        lines = text.splitlines()
+        shown = f"{name}: src/{rel}"
+        if not lines or not lines[0].startswith("//!"):
+            problems.append(f"{shown}: no //! doc at the top saying what the file owns")
+        if not is_test_file(rel):
+            if len(lines) > MAX_LINES and not any(l.startswith("//! Long because") for l in lines[:40]):
+                problems.append(
+                    f"{shown}: {len(lines)} lines (> {MAX_LINES}) and no '//! Long because' reason at its top"
+                )
+            base = os.path.basename(rel)
+            if base not in CONVENTIONAL:
+                by_name.setdefault(base, []).append(rel)
+            mod = module_of(rel)
+            code = cfg_test_blocks_removed(strip_comments(text))
+            edges[mod] = imports(mod, code, modules)
+    for base, rels in sorted(by_name.items()):
+        if len(rels) > 1:
+            problems.append(f"{name}: {len(rels)} files named {base}: " + ", ".join(f"src/{r}" for r in rels))
+    for comp in find_cycles(edges):
+        ties = []
+        members = set(comp)
+        for v in comp:
+            for w in sorted(edges[v] & members):
+                ties.append(f"src/{modfile[v]} -> src/{modfile[w]}")
+        problems.append(f"{name}: import cycle among {len(comp)} modules: " + "; ".join(ties))
+    top = {}
+    if name not in TOP_LEVEL_ACYCLIC:
+        return problems
+    for v, ws in edges.items():
+        if v:
+            top.setdefault(v[0], set()).update(w[0] for w in ws if w and w[0] != v[0])
+    for comp in find_cycles(top):
+        members = set(comp)
+        ties = []
+        for v in comp:
+            for w in sorted(top[v] & members):
+                files_ = sorted(f"src/{modfile[a]}" for a in edges if a and a[0] == v and any(b and b[0] == w for b in edges[a]))
+                ties.append(f"{v} -> {w} ({', '.join(files_)})")
+        problems.append(f"{name}: import cycle among top-level modules {', '.join(comp)}: " + "; ".join(ties))
+    return problems
+
+
+def main(argv):
+    if len(argv) > 2:
+        print("usage: check.py [RUST_DIR]", file=sys.stderr)
+        return 2
+    rust = argv[1] if len(argv) == 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "rust")
+    with open(os.path.join(rust, "Cargo.toml"), "rb") as fh:
+        members = tomllib.load(fh)["workspace"]["members"]
+    problems = []
+    for member in members:
+        crate_dir = os.path.join(rust, member)
+        with open(os.path.join(crate_dir, "Cargo.toml"), "rb") as fh:
+            name = tomllib.load(fh)["package"]["name"]
+        problems += check_crate(crate_dir, name)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"layout: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    print(f"layout: {len(members)} crates checked, no problem")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

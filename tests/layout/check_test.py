@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Tests of tests/layout/check.py on small made-up workspaces: each rule fires
+on a tree that breaks it (so the check can fail) and stays quiet on one that
+keeps it. Run: `python3 tests/layout/check_test.py` (one step of tests/run.sh)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check.py")
+
+
+def workspace(root, crates):
+    """crates: {dir: (package name, {src-relative path: text})}"""
+    with open(os.path.join(root, "Cargo.toml"), "w") as fh:
+        fh.write("[workspace]\nmembers = [%s]\n" % ", ".join(f'"{d}"' for d in crates))
+    for d, (name, files) in crates.items():
+        os.makedirs(os.path.join(root, d, "src"), exist_ok=True)
+        with open(os.path.join(root, d, "Cargo.toml"), "w") as fh:
+            fh.write(f'[package]\nname = "{name}"\nversion = "0.1.0"\n')
+        for rel, text in files.items():
+            path = os.path.join(root, d, "src", rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(text)
+
+
+def run(crates):
+    with tempfile.TemporaryDirectory() as root:
+        workspace(root, crates)
+        p = subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True)
+        return p.returncode, p.stdout
+
+
+DOC = "//! what this owns\n"
+
+
+class LayoutCheck(unittest.TestCase):
+    def test_clean_tree_passes(self):
+        code, out = run({"a": ("clonestage-server", {
+            "lib.rs": DOC + "mod state;\nmod execution;\n",
+            "state.rs": DOC + "pub struct State;\n",
+            "execution/mod.rs": DOC + "mod run;\nuse crate::state::State;\nuse run::go;\n",
+            "execution/run.rs": DOC + "use super::super::state::State;\n",
+            "platform/linux.rs": DOC, "platform/macos.rs": DOC, "platform/mod.rs": DOC,
+        })})
+        self.assertEqual(code, 0, out)
+
+    def test_file_cycle_fails(self):
+        code, out = run({"a": ("x", {
+            "lib.rs": DOC, "digest.rs": DOC + "use crate::error::Error;\n",
+            "error.rs": DOC + "fn f(d: crate::digest::Digest) {}\n",
+        })})
+        self.assertEqual(code, 1)
+        self.assertIn("import cycle among 2 modules: src/digest.rs -> src/error.rs", out)
+
+    def test_top_level_cycle_fails_in_the_server_only(self):
+        files = {
+            "lib.rs": DOC,
+            "state.rs": DOC + "use crate::bytestream::uploads::Uploads;\n",
+            "bytestream/mod.rs": DOC + "mod uploads;\nuse crate::state::State;\n",
+            "bytestream/uploads.rs": DOC + "pub struct Uploads;\n",
+        }
+        code, out = run({"a": ("clonestage-server", files)})
+        self.assertEqual(code, 1)
+        self.assertIn("top-level modules bytestream, state", out)
+        code, out = run({"a": ("clonestage-engine", files)})
+        self.assertEqual(code, 0, out)
+
+    def test_cfg_test_blocks_and_comments_are_not_imports(self):
+        code, out = run({"a": ("x", {
+            "lib.rs": DOC, "a.rs": DOC + "pub fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::b::g;\n}\n",
+            "b.rs": DOC + "// see crate::a::f\nuse crate::a::f;\n",
+        })})
+        self.assertEqual(code, 0, out)
+
+    def test_long_file_needs_a_reason(self):
+        long = DOC + "fn f() {}\n" * 420
+        code, out = run({"a": ("x", {"lib.rs": DOC, "big.rs": long})})
+        self.assertEqual(code, 1)
+        self.assertIn("src/big.rs: 421 lines", out)
+        code, out = run({"a": ("x", {"lib.rs": DOC, "big.rs": "//! Long because: one table.\n" + long,
+                                      "tests.rs": long})})
+        self.assertEqual(code, 0, out)
+
+    def test_repeated_names_and_missing_docs_fail(self):
+        code, out = run({"a": ("x", {
+            "lib.rs": DOC, "stage/outputs.rs": DOC, "execution/outputs.rs": DOC, "nodoc.rs": "fn f() {}\n",
+        })})
+        self.assertEqual(code, 1)
+        self.assertIn("2 files named outputs.rs", out)
+        self.assertIn("src/nodoc.rs: no //! doc", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
