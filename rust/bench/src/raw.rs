@@ -24,36 +24,21 @@
 //!
 //! With `threads > 1`, directories are made first, then the files are claimed in batches of
 //! 16 from a shared counter by that many scoped threads (spawned inside the timed region).
+//!
+//! The syscalls themselves are in `fdops.rs`; the cache side of the `*_cas` methods in
+//! `cas_source.rs`; the generated tree (`Manifest`) in `shapes.rs`.
 
-use std::ffi::{CStr, CString};
+use crate::cas_source::CasSource;
+use crate::fdops::{
+    clone_at, clone_at_named, copy_fd, cpath, create_at, cvt, mkdir_at, open_dir, open_dir_at,
+    open_src,
+};
+use crate::shapes::{FileEnt, Manifest};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// A generated tree: `dirs[0]` is the root itself; every other dir has a parent index that
-/// comes before it.
-pub struct Manifest {
-    pub dirs: Vec<DirEnt>,
-    pub files: Vec<FileEnt>,
-    pub bytes: u64,
-}
-
-pub struct DirEnt {
-    pub parent: usize,
-    pub name: CString,
-    /// Relative to the root ("" for the root).
-    pub rel: PathBuf,
-}
-
-pub struct FileEnt {
-    pub dir: usize,
-    pub name: CString,
-    /// Absolute source path (the symlink forest's target).
-    pub target: CString,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Raw {
@@ -95,178 +80,7 @@ impl Raw {
     }
 }
 
-/// Each manifest file's blob in a cache: the shard directories, open, and per file (in
-/// manifest order) its shard and leaf name.
-pub struct CasSource {
-    shards: Vec<OwnedFd>,
-    files: Vec<(usize, CString)>,
-    cache: std::sync::Arc<clonestage_engine::Cache>,
-    /// Every Directory of the tree, once each (what the `*_cas_tree` methods read).
-    tree: Vec<clonestage_engine::Digest>,
-}
-
-impl CasSource {
-    /// Hash every source file (not timed) and find its blob in `cache`; list the Directories
-    /// of the tree at `root`.
-    pub fn open(
-        cache: &std::sync::Arc<clonestage_engine::Cache>,
-        man: &Manifest,
-        root: &clonestage_engine::Digest,
-    ) -> anyhow::Result<CasSource> {
-        use anyhow::Context;
-        // Each Directory once, by the engine's own walk; a stored Directory is its canonical
-        // encoding, so encoding it again gives back its digest.
-        let tree: Vec<clonestage_engine::Digest> = clonestage_engine::tree::get_tree(cache, root)?
-            .iter()
-            .map(|d| clonestage_engine::Digest::of_bytes(&clonestage_engine::tree::encode(d)))
-            .collect();
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        let mut shards = Vec::new();
-        let mut files = Vec::with_capacity(man.files.len());
-        for f in &man.files {
-            let src = Path::new(std::ffi::OsStr::from_bytes(f.target.to_bytes()));
-            let file =
-                std::fs::File::open(src).with_context(|| format!("open {}", src.display()))?;
-            let d = clonestage_engine::Digest::of_reader(file)
-                .with_context(|| format!("read {}", src.display()))?;
-            let blob = cache.blob_path(&d);
-            anyhow::ensure!(
-                blob.is_file(),
-                "{} is not in the cache as {}",
-                src.display(),
-                blob.display()
-            );
-            let dir = blob.parent().expect("sharded").to_path_buf();
-            let shard = match dirs.iter().position(|x| *x == dir) {
-                Some(i) => i,
-                None => {
-                    shards.push(open_dir(&dir).with_context(|| format!("open {}", dir.display()))?);
-                    dirs.push(dir);
-                    dirs.len() - 1
-                }
-            };
-            let leaf = cpath(Path::new(blob.file_name().expect("leaf")))?;
-            files.push((shard, leaf));
-        }
-        anyhow::ensure!(
-            tree.len() == man.dirs.len(),
-            "the tree at {root} has {} Directories, the generated tree {} directories",
-            tree.len(),
-            man.dirs.len()
-        );
-        Ok(CasSource {
-            shards,
-            files,
-            cache: cache.clone(),
-            tree,
-        })
-    }
-}
-
 const BATCH: usize = 16;
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn cpath(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
-}
-
-fn owned(fd: libc::c_int) -> OwnedFd {
-    unsafe { OwnedFd::from_raw_fd(fd) }
-}
-
-const DIR_FLAGS: libc::c_int =
-    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-
-pub fn open_dir(p: &Path) -> io::Result<OwnedFd> {
-    let c = cpath(p)?;
-    cvt(unsafe { libc::open(c.as_ptr(), DIR_FLAGS) }).map(owned)
-}
-
-fn open_dir_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
-    cvt(unsafe { libc::openat(dir, name.as_ptr(), DIR_FLAGS) }).map(owned)
-}
-
-fn mkdir_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
-    cvt(unsafe { libc::mkdirat(dir, name.as_ptr(), 0o755) })?;
-    open_dir_at(dir, name)
-}
-
-fn open_src(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
-    cvt(unsafe {
-        libc::openat(
-            dir,
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        )
-    })
-    .map(owned)
-}
-
-fn create_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-    cvt(unsafe { libc::openat(dir, name.as_ptr(), flags, 0o444 as libc::c_uint) }).map(owned)
-}
-
-/// Clone file `sname` of directory `src` into directory `dst` as `dname`.
-#[cfg(target_os = "linux")]
-fn clone_at_named(src: RawFd, sname: &CStr, dst: RawFd, dname: &CStr) -> io::Result<()> {
-    let s = open_src(src, sname)?;
-    let t = create_at(dst, dname)?;
-    cvt(unsafe { libc::ioctl(t.as_raw_fd(), libc::FICLONE, s.as_raw_fd()) }).map(|_| ())
-}
-
-#[cfg(target_os = "macos")]
-fn clone_at_named(src: RawFd, sname: &CStr, dst: RawFd, dname: &CStr) -> io::Result<()> {
-    const CLONE_NOFOLLOW: u32 = 0x0001;
-    cvt(unsafe { libc::clonefileat(src, sname.as_ptr(), dst, dname.as_ptr(), CLONE_NOFOLLOW) })
-        .map(|_| ())
-}
-
-fn clone_at(src: RawFd, dst: RawFd, name: &CStr) -> io::Result<()> {
-    clone_at_named(src, name, dst, name)
-}
-
-fn copy_fd(src: &OwnedFd, dst: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
-    loop {
-        let n = unsafe { libc::read(src.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let mut off = 0usize;
-        while off < n as usize {
-            let w = unsafe {
-                libc::write(
-                    dst.as_raw_fd(),
-                    buf[off..].as_ptr().cast(),
-                    n as usize - off,
-                )
-            };
-            if w < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            off += w as usize;
-        }
-    }
-}
 
 fn place(
     m: Raw,
@@ -319,7 +133,7 @@ fn place(
 
 /// Build `dst` (must not exist) from the tree at `src_root` by method `m`; returns the time
 /// it took, from the first mkdir to the last file.
-pub fn run(
+pub fn time_tree(
     m: Raw,
     man: &Manifest,
     src_root: &Path,
@@ -398,79 +212,4 @@ pub fn snapshot(src: &Path, dst: &Path, name: &str) -> anyhow::Result<Duration> 
     let d = Dir::open(dst)?;
     platform::clone_tree(src, &d, &cstr(name)?)?;
     Ok(t.elapsed())
-}
-
-/// Whether per-file clones work within `dir`.
-pub fn probe_reflink(dir: &Path) -> bool {
-    let (a, b) = (dir.join(".probe-reflink-a"), dir.join(".probe-reflink-b"));
-    let ok = (|| -> io::Result<()> {
-        std::fs::write(&a, b"clonestage bench reflink probe")?;
-        std::fs::create_dir(&b)?;
-        let (s, d) = (open_dir(dir)?, open_dir(&b)?);
-        clone_at(
-            s.as_raw_fd(),
-            d.as_raw_fd(),
-            &cpath(Path::new(".probe-reflink-a"))?,
-        )
-    })()
-    .is_ok();
-    let _ = std::fs::remove_file(&a);
-    let _ = clonestage_engine::remove::remove_tree(&b);
-    ok
-}
-
-/// The filesystem type of `p`.
-#[cfg(target_os = "macos")]
-pub fn fs_type(p: &Path) -> String {
-    let Ok(c) = cpath(p) else {
-        return "unknown".into();
-    };
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        return "unknown".into();
-    }
-    let name: Vec<u8> = sf
-        .f_fstypename
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    String::from_utf8_lossy(&name).into_owned()
-}
-
-/// The filesystem type of `p` by statfs magic.
-#[cfg(target_os = "linux")]
-pub fn fs_type(p: &Path) -> String {
-    let Ok(c) = cpath(p) else {
-        return "unknown".into();
-    };
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        return "unknown".into();
-    }
-    match sf.f_type as i64 {
-        0xEF53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x794C_7630 => "overlay".into(),
-        0xCA45_1A4E => "bcachefs".into(),
-        0x6969 => "nfs".into(),
-        0x0100_2000 => "zfs".into(),
-        t => format!("0x{t:x}"),
-    }
-}
-
-/// Flush the filesystem holding `p`, so the next timed run starts from a quiet filesystem.
-#[cfg(target_os = "linux")]
-pub fn syncfs(p: &Path) -> io::Result<()> {
-    let fd = open_dir(p)?;
-    cvt(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(|_| ())
-}
-
-/// macOS has no syncfs: sync everything.
-#[cfg(not(target_os = "linux"))]
-pub fn syncfs(_p: &Path) -> io::Result<()> {
-    unsafe { libc::sync() };
-    Ok(())
 }
