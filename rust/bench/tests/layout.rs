@@ -1,8 +1,11 @@
 //! The bench crate's layout rules (issue 13), checked on its own sources so they can fail:
 //! every file says what it owns (`//!`), no file over 400 lines unless its head says why
 //! (a `//! Over 400 lines:` line), and no function named plain `run` except the crate's one
-//! entry point in lib.rs (the workspace had three `run()`s a reader could not tell apart).
+//! entry point in lib.rs (the workspace had three `run()`s a reader could not tell apart),
+//! and no import cycle between the crate's modules (`crate::a` in b.rs and `crate::b` in
+//! a.rs), so a reader following one run through the files never returns to one already left.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 400;
@@ -84,4 +87,100 @@ fn the_layout_check_flags_a_long_file_an_undocumented_file_and_a_second_run() {
         p[2].starts_with("raw.rs:2: a function named plain run()"),
         "{p:#?}"
     );
+}
+
+/// The crate modules each top-level module names (`crate::x`, `use crate::{x, y}`), by file
+/// stem; lib.rs, the root that declares them all, is left out.
+fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let stems: BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let mut g = BTreeMap::new();
+    for f in &files {
+        let me = f.file_stem().unwrap().to_string_lossy().into_owned();
+        if me == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        let mut uses = BTreeSet::new();
+        for (i, _) in text.match_indices("crate::") {
+            let rest = &text[i + "crate::".len()..];
+            // `crate::{a, b::c}` names several; `crate::a::b` names one.
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(r) => r[..r.find('}').unwrap_or(r.len())]
+                    .split(',')
+                    .map(|n| n.trim())
+                    .collect(),
+                None => vec![rest],
+            };
+            for n in names {
+                let n: String = n
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if n != me && stems.contains(&n) {
+                    uses.insert(n);
+                }
+            }
+        }
+        g.insert(me, uses);
+    }
+    g
+}
+
+/// One import cycle as "a -> b -> a", if there is one.
+fn cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            let mut c = path[i..].to_vec();
+            c.push(n.to_string());
+            return Some(c.join(" -> "));
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|n| visit(n, g, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_import_cycle_between_the_bench_modules() {
+    let g = imports(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(g.contains_key("raw") && g["raw"].contains("fdops"), "{g:?}");
+    assert_eq!(cycle(&g), None, "{g:?}");
+}
+
+#[test]
+fn the_cycle_check_finds_a_loop_through_braced_imports() {
+    let t = std::env::temp_dir().join(format!("bench-cycle-{}", std::process::id()));
+    std::fs::create_dir_all(&t).unwrap();
+    std::fs::write(t.join("lib.rs"), "//! root\nmod a;\nmod b;\nmod c;\n").unwrap();
+    std::fs::write(t.join("a.rs"), "//! a\nuse crate::b::X;\n").unwrap();
+    std::fs::write(t.join("b.rs"), "//! b\nuse crate::{c, x};\n").unwrap();
+    std::fs::write(t.join("c.rs"), "//! c\nfn f() { crate::a::g() }\n").unwrap();
+    let g = imports(&t);
+    std::fs::remove_dir_all(&t).unwrap();
+    assert_eq!(cycle(&g).as_deref(), Some("a -> b -> c -> a"), "{g:?}");
+    let mut acyclic = g.clone();
+    acyclic.get_mut("c").unwrap().clear();
+    assert_eq!(cycle(&acyclic), None);
 }
