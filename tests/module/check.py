@@ -49,6 +49,13 @@ by reading. Checks:
    such crate has a `crate.annotation` with `patches` (files that exist) for
    its version. rust/third_party/h2_patch.py check verifies the patch's
    content against the vendored tree; this check, that the pieces are wired.
+8. workspace members: every member of the Cargo workspace in rust/ is one
+   of crate_universe's `manifests` (`//rust:<member>/Cargo.toml`: cargo-bazel
+   refuses a workspace whose members it is not given, and check 7 would
+   mistake the missing crate for a path patch) and has a rules_rust target in
+   rust/BUILD.bazel built from its sources (`crate_root` or `srcs` under
+   `<member>/src/`), so a crate added to Cargo (e.g. rust/bench) is not
+   silently missing from the Bazel build.
 """
 
 import ast
@@ -514,9 +521,57 @@ class Checker:
                                  f"version = '={version}', patches = [...]) gives crate_universe "
                                  "the same change")
 
+    # ---- 8. workspace members ------------------------------------------------
+    RUST_RULES = ("rust_library", "rust_binary", "rust_proc_macro", "rust_shared_library",
+                  "rust_static_library")
+
+    def build_crate_sources(self, relfile):
+        """Per rules_rust target of a BUILD file: its name and the crate_root/srcs strings."""
+        path = os.path.join(self.root, relfile)
+        if not os.path.isfile(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=relfile)
+        targets = []
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in self.RUST_RULES):
+                continue
+            name, paths = None, []
+            for k in node.keywords:
+                if k.arg == "name" and isinstance(k.value, ast.Constant):
+                    name = k.value.value
+                if k.arg in ("crate_root", "srcs"):
+                    paths += [n.value for n in ast.walk(k.value)
+                              if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+            targets.append((name, paths))
+        return targets
+
+    def check_members(self):
+        cargo_root = os.path.join(self.root, "rust", "Cargo.toml")
+        if not os.path.isfile(cargo_root):
+            return
+        with open(cargo_root, "rb") as f:
+            members = tomllib.load(f).get("workspace", {}).get("members", [])
+        listed = set()
+        for cfg in self.module_calls("from_cargo"):
+            listed |= {self.label_path(l) for l in cfg.get("manifests") or []}
+        targets = self.build_crate_sources("rust/BUILD.bazel")
+        for member in members:
+            manifest = f"rust/{member}/Cargo.toml"
+            if not listed:
+                pass  # no crate_universe in MODULE.bazel: nothing to keep in step
+            elif manifest not in listed:
+                self.problem(manifest, "a Cargo workspace member missing from crate.from_cargo's "
+                             f"manifests in MODULE.bazel (add \"//rust:{member}/Cargo.toml\")")
+            prefix = f"{member}/src/"
+            if not any(p.startswith(prefix) for _, ps in targets for p in ps):
+                self.problem(manifest, "a Cargo workspace member with no rules_rust target in "
+                             f"rust/BUILD.bazel built from {prefix} (crate_root or srcs)")
+
     def run(self):
         for check in (self.check_path_patches, self.check_labels, self.check_crate_universe,
-                      self.check_globs, self.check_versions, self.check_crate_lockfile):
+                      self.check_globs, self.check_versions, self.check_crate_lockfile,
+                      self.check_members):
             try:
                 check()
             except (OSError, SyntaxError, KeyError, tomllib.TOMLDecodeError) as e:
@@ -538,7 +593,7 @@ def main(argv):
     if problems:
         print(f"module check: {len(problems)} problem(s) in {os.path.abspath(root)}")
         return 1
-    print("module check: ok (labels not ignored, repositories visible, crate universe named, no empty glob, no path patch, crate_universe lockfile wired, one version)")
+    print("module check: ok (labels not ignored, repositories visible, crate universe named, no empty glob, no path patch, crate_universe lockfile wired, one version, every Cargo member in Bazel)")
     return 0
 
 

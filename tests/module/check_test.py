@@ -95,6 +95,31 @@ class CheckTest(unittest.TestCase):
         for word in words:
             self.assertIn(word, joined)
 
+    BENCH_MEMBER = {
+        "rust/Cargo.toml": GOOD["rust/Cargo.toml"].replace('["cli"]', '["cli", "bench"]'),
+        "rust/bench/Cargo.toml": '[package]\nname = "clonestage-bench"\nversion.workspace = true\n',
+        "rust/bench/src/lib.rs": "//! bench\n",
+        "MODULE.bazel": GOOD["MODULE.bazel"].replace(
+            '"//rust:cli/Cargo.toml"]', '"//rust:cli/Cargo.toml", "//rust:bench/Cargo.toml"]'),
+        "rust/BUILD.bazel": GOOD["rust/BUILD.bazel"].replace(
+            '"rust_binary")', '"rust_binary", "rust_library")') + \
+            'rust_library(\n    name = "clonestage_bench",\n    srcs = glob(["bench/src/**/*.rs"]),\n'
+            '    crate_root = "bench/src/lib.rs",\n)\n',
+    }
+
+    def test_second_member_with_manifest_and_target_passes(self):
+        self.assertEqual(self.run_check(self.BENCH_MEMBER), [])
+
+    def test_member_missing_from_crate_universe_manifests_fails(self):
+        changes = dict(self.BENCH_MEMBER, **{"MODULE.bazel": GOOD["MODULE.bazel"]})
+        self.assert_one_problem(self.run_check(changes), "rust/bench/Cargo.toml",
+                                "missing from crate.from_cargo's manifests")
+
+    def test_member_without_a_rules_rust_target_fails(self):
+        changes = dict(self.BENCH_MEMBER, **{"rust/BUILD.bazel": GOOD["rust/BUILD.bazel"]})
+        self.assert_one_problem(self.run_check(changes), "rust/bench/Cargo.toml",
+                                "no rules_rust target", "bench/src/")
+
     def test_good_module_passes(self):
         self.assertEqual(self.run_check(), [])
 

@@ -1,7 +1,6 @@
 //! `clonestage`: the command line over the staging engine and the local REAPI endpoint.
 //! Flags are defined once here with their docs; each command lives in `commands/`.
 
-mod bench;
 mod commands;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -104,7 +103,7 @@ enum Cmd {
         timeout: u64,
     },
     /// Measure staging methods side by side on DIR's filesystem (the SwiftCompile shapes).
-    Bench(bench::BenchArgs),
+    Bench(clonestage_bench::BenchArgs),
     /// Print the Bazel flag that reaches the running server (exit 3 when none runs): the unix
     /// socket executor, for Bazel 6+ (4.x/5.x exit 37 on it without a message; see --for-bazel).
     Address {
@@ -255,7 +254,7 @@ fn main() -> ExitCode {
             same_version,
         ),
         Cmd::Status => commands::status(&cache),
-        Cmd::Bench(args) => bench::run(&args).map(|_| ExitCode::SUCCESS),
+        Cmd::Bench(args) => clonestage_bench::run(&args).map(|_| ExitCode::SUCCESS),
         Cmd::SelfInstall { spawn, dir } => commands::self_install(&spawn, dir.as_deref()),
     };
     match r {

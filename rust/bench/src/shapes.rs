@@ -4,14 +4,38 @@
 //!
 //! Content is deterministic (a splitmix64 stream seeded by shape and file index) and distinct
 //! per file, so no two files share a digest and dedup cannot make a shape trivial.
+//!
+//! A generated tree comes with its `Manifest` (directories and files in creation order), which
+//! the raw methods (`raw.rs`) walk instead of reading the tree back.
 
-use super::raw::{DirEnt, FileEnt, Manifest};
 use anyhow::{Context, Result};
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A generated tree: `dirs[0]` is the root itself; every other dir has a parent index that
+/// comes before it.
+pub struct Manifest {
+    pub dirs: Vec<DirEnt>,
+    pub files: Vec<FileEnt>,
+    pub bytes: u64,
+}
+
+pub struct DirEnt {
+    pub parent: usize,
+    pub name: CString,
+    /// Relative to the root ("" for the root).
+    pub rel: PathBuf,
+}
+
+pub struct FileEnt {
+    pub dir: usize,
+    pub name: CString,
+    /// Absolute source path (the symlink forest's target).
+    pub target: CString,
+}
 
 #[derive(Debug, Clone, Copy)]
 pub enum Layout {
