@@ -28,6 +28,9 @@ Rules (issue 13, "one redesign step for the next reader"):
    (mod.rs, lib.rs, main.rs, tests.rs, and the per-platform linux.rs /
    macos.rs behind one interface).
 4. every source file starts with a `//!` doc saying what it owns.
+5. at most one non-test file of a crate defines a function named plain
+   `run` (the crate's entry point, if any): three `run()`s in one request's
+   path were a reader's guess which one is meant.
 """
 
 import os
@@ -153,6 +156,7 @@ def check_crate(crate_dir, name):
     modules = set(modfile)
     edges = {}
     by_name = {}
+    runs = []
     for rel in files:
         path = os.path.join(crate_dir, "src", rel)
         with open(path, encoding="utf-8") as fh:
@@ -171,10 +175,14 @@ def check_crate(crate_dir, name):
                 by_name.setdefault(base, []).append(rel)
             mod = module_of(rel)
             code = cfg_test_blocks_removed(strip_comments(text))
+            if re.search(r"\bfn\s+run\s*[<(]", code):
+                runs.append(f"src/{rel}")
             edges[mod] = imports(mod, code, modules)
     for base, rels in sorted(by_name.items()):
         if len(rels) > 1:
             problems.append(f"{name}: {len(rels)} files named {base}: " + ", ".join(f"src/{r}" for r in rels))
+    if len(runs) > 1:
+        problems.append(f"{name}: {len(runs)} files define a function named run: " + ", ".join(runs))
     for comp in find_cycles(edges):
         ties = []
         members = set(comp)

@@ -93,6 +93,14 @@ class LayoutCheck(unittest.TestCase):
         self.assertIn("2 files named outputs.rs", out)
         self.assertIn("src/nodoc.rs: no //! doc", out)
 
+    def test_more_than_one_run_fails(self):
+        code, out = run({"a": ("x", {
+            "lib.rs": DOC + "pub fn run() {}\n", "exec.rs": DOC + "pub(crate) fn run(x: u8) {}\n",
+            "work.rs": DOC + "struct J;\nimpl J {\n    fn run_queue(&self) {}\n}\n",
+        })})
+        self.assertEqual(code, 1)
+        self.assertIn("2 files define a function named run: src/exec.rs, src/lib.rs", out)
+
 
 if __name__ == "__main__":
     unittest.main()
