@@ -23,7 +23,6 @@ mod write;
 pub use gc::cache_bytes;
 pub use gc::GcReport;
 pub use pins::PinGuard;
-pub(crate) use pins::{flock as flock_file, open_lock as open_lock_file};
 pub use verify::CorruptBlob;
 pub use write::{PutFile, Upload};
 
