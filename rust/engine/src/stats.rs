@@ -1,5 +1,7 @@
 //! Counters kept across processes in `<cache>/stats.json`: each process adds its deltas under
 //! an flock (read, add, rewrite in place), so no update is lost and no inode is created.
+//! This file owns the format and the locked update; the one caller that writes is the ledger
+//! (`ledger.rs`), which batches a stager's and its runner's deltas until it is flushed.
 
 use crate::error::{IoContext, Result};
 use crate::platform;
