@@ -92,12 +92,11 @@ impl Ctx<'_> {
 
     pub fn stage(&mut self, stager: &Stager, method: &str) -> Result<Counters> {
         let dest = self.dest(method);
-        // As the server stages: the access log and persistent counters are written after the
-        // action is handed its root (StageRequest::defer_bookkeeping), so they are not timed.
+        // As the server stages: the access log, persistent counters and cost estimates wait in
+        // the stager's ledger and are written by its flush, after the timed stage.
         let req = StageRequest {
             root: self.digest,
             dest: dest.clone(),
-            defer_bookkeeping: true,
             ..Default::default()
         };
         // The engine's running cost estimates this stage decides with (not timed).
@@ -109,7 +108,7 @@ impl Ctx<'_> {
             .with_context(|| format!("{method} into {}", dest.display()))?;
         let d = t.elapsed();
         trace_cpu(method, d, cpu);
-        stager.record(&staged);
+        stager.ledger().flush();
         let c = staged.counters.clone();
         if method == "stage_warm" && c.hardlink > 0 && self.recording {
             // What detecting writes through hardlinked inputs costs after the action.

@@ -99,6 +99,9 @@ fn ingest_stage_stats_round_trip() {
         .sum();
     assert_eq!(placed, 51);
     assert_eq!(stats["stages"], 1);
+    // The staged root is in the access log eviction reads (written at the command's exit).
+    let log = std::fs::read_to_string(c.join("access.log")).unwrap();
+    assert!(log.trim_end().ends_with(&d), "{log}");
 }
 
 #[test]
@@ -125,6 +128,16 @@ fn stage_refuses_an_existing_destination_with_a_clear_error() {
     let o = cs(&c, &["stage", absent, t.path().join("x").to_str().unwrap()]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("missing"));
     assert!(!t.path().join("x").exists());
+    // A failed stage's count is written at exit (the stager's ledger), the digest that did
+    // not parse never reached the stager.
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&cs(&c, &["stats", "--json"]))).unwrap();
+    assert_eq!(
+        (&stats["stage_failures"], &stats["stages"]),
+        (&2.into(), &0.into()),
+        "{stats}"
+    );
+    assert!(!c.join("access.log").exists(), "nothing was staged");
 }
 
 #[test]

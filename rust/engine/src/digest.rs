@@ -1,10 +1,18 @@
-//! REAPI digests: SHA-256 hex plus size, written `<hash>/<size>` on the command line.
+//! REAPI digests: SHA-256 hex plus size, written `<hash>/<size>` on the command line, and
+//! `BadDigest`, the one error parsing one can give (a leaf: `error.rs` names `Digest` and turns
+//! a `BadDigest` into `Error::InvalidArgument`, so this file imports nothing from it).
 
-use crate::error::{Error, Result};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use sha2::{Digest as _, Sha256};
 use std::fmt;
 use std::io::Read;
+
+/// A digest a client or a file spelled wrong; its text says what and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid argument: {0}")]
+pub struct BadDigest(pub String);
+
+type Result<T> = std::result::Result<T, BadDigest>;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Digest {
@@ -61,23 +69,23 @@ impl Digest {
 
     /// Parse `<64 hex>/<size>`.
     pub fn parse(s: &str) -> Result<Digest> {
-        let (h, size) = s.split_once('/').ok_or_else(|| {
-            Error::InvalidArgument(format!("digest '{s}' is not <sha256>/<size>"))
-        })?;
+        let (h, size) = s
+            .split_once('/')
+            .ok_or_else(|| BadDigest(format!("digest '{s}' is not <sha256>/<size>")))?;
         let size: u64 = size
             .parse()
-            .map_err(|_| Error::InvalidArgument(format!("digest '{s}': bad size")))?;
+            .map_err(|_| BadDigest(format!("digest '{s}': bad size")))?;
         Self::from_parts(h, size as i64)
     }
 
     pub fn from_parts(hash_hex: &str, size: i64) -> Result<Digest> {
         if size < 0 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(BadDigest(format!(
                 "digest {hash_hex}: negative size {size}"
             )));
         }
         let Some(hash) = decode_lower_hex(hash_hex.as_bytes()) else {
-            return Err(Error::InvalidArgument(format!(
+            return Err(BadDigest(format!(
                 "digest hash '{hash_hex}' is not 64 lowercase hex digits"
             )));
         };
@@ -86,7 +94,7 @@ impl Digest {
             size: size as u64,
         };
         if d.size == 0 && d != Digest::EMPTY {
-            return Err(Error::InvalidArgument(format!(
+            return Err(BadDigest(format!(
                 "digest {d}: size 0 but not the empty blob's hash"
             )));
         }
@@ -101,7 +109,7 @@ impl Digest {
     pub fn from_opt_proto(p: Option<&pb::Digest>, what: &str) -> Result<Digest> {
         match p {
             Some(p) => Self::from_proto(p),
-            None => Err(Error::InvalidArgument(format!("{what}: digest missing"))),
+            None => Err(BadDigest(format!("{what}: digest missing"))),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Engine errors. Every variant names what was being handled (path, digest, syscall) so a
 //! user or a REAPI client can act on it; the server maps `Error::class()` to gRPC codes.
 
-use crate::digest::Digest;
+use crate::digest::{BadDigest, Digest};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -81,6 +81,12 @@ impl Error {
     }
 }
 
+impl From<BadDigest> for Error {
+    fn from(e: BadDigest) -> Error {
+        Error::InvalidArgument(e.0)
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Attach the syscall name and path to an `io::Result`.
@@ -117,6 +123,18 @@ mod tests {
             let e = Error::io("write", "/x", io::Error::from_raw_os_error(errno));
             assert_eq!(e.class(), class, "errno {errno}");
         }
+    }
+
+    #[test]
+    fn a_bad_digest_is_an_invalid_argument_with_the_same_text() {
+        let bad = Digest::parse("abc/1").unwrap_err();
+        let e = Error::from(bad.clone());
+        assert_eq!(e.class(), ErrorClass::InvalidArgument);
+        assert_eq!(e.to_string(), bad.to_string());
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: digest hash 'abc' is not 64 lowercase hex digits"
+        );
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //!
 //! Layout: `cas` (blobs, pins, eviction), `tree` (Merkle encoding, validation, ingest),
 //! `stage` (method choice and building roots), `platform` (the only OS-specific code),
-//! `stats` (counters kept across processes), `remove` (deleting staged roots).
+//! `stats` (counters kept across processes), `ledger` (the one writer of counters, access log
+//! and cost estimates, flushed by whoever runs the stager), `remove` (deleting staged roots).
 
 pub mod cas;
 pub mod digest;
 pub mod error;
+pub mod ledger;
 pub mod platform;
 pub mod remove;
 pub mod stage;
@@ -19,6 +21,7 @@ pub mod tree;
 pub use cas::{Cache, PutFile};
 pub use digest::Digest;
 pub use error::{Error, ErrorClass, Result};
+pub use ledger::Ledger;
 pub use stage::{MethodPreference, StageRequest, StagedRoot, Stager};
 
 /// The cache directory when none is given: `$CLONESTAGE_CACHE`, else the platform's cache dir.

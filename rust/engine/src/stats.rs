@@ -1,7 +1,10 @@
 //! Counters kept across processes in `<cache>/stats.json`: each process adds its deltas under
 //! an flock (read, add, rewrite in place), so no update is lost and no inode is created.
+//! This file owns the format and the locked update; the one caller that writes is the ledger
+//! (`ledger.rs`), which batches a stager's and its runner's deltas until it is flushed.
 
 use crate::error::{IoContext, Result};
+use crate::platform;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, Write};
@@ -80,8 +83,8 @@ pub fn record(cache_root: &Path, delta: &Counters) -> Result<()> {
 /// Read-modify-write the persistent counters under an exclusive flock.
 pub fn update(cache_root: &Path, f: impl FnOnce(&mut Counters)) -> Result<()> {
     let p = cache_root.join("stats.json");
-    let mut file = crate::cas::open_lock_file(&p)?;
-    crate::cas::flock_file(&file, libc::LOCK_EX).ctx("flock", &p)?;
+    let mut file = platform::open_lock(&p).ctx("open", &p)?;
+    platform::lock(&file, platform::LockMode::Exclusive).ctx("flock", &p)?;
     let mut text = String::new();
     file.read_to_string(&mut text).ctx("read", &p)?;
     let mut c: Counters = if text.trim().is_empty() {

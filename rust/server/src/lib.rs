@@ -19,6 +19,7 @@ mod cas_service;
 mod eviction;
 mod execution;
 mod layout;
+mod ledger_flush;
 mod listen;
 mod lock;
 mod rpc_timing;

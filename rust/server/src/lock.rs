@@ -1,12 +1,13 @@
 //! One server per cache directory: an exclusive flock on `<cache>/server/lock`, held for the
 //! server's lifetime, with the holder's pid written into the file so a second server (and
 //! `clonestage address`) can say who holds it. The kernel drops the lock when the process
-//! dies, so a crashed server never blocks the next one.
+//! dies, so a crashed server never blocks the next one. The flock itself is the engine's
+//! (`clonestage_engine::platform::try_lock`).
 
 use anyhow::{bail, Context, Result};
+use clonestage_engine::platform::{open_lock, try_lock, LockMode};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The held lock; released when dropped (or when the process exits).
@@ -19,27 +20,7 @@ pub(crate) struct ServerLock {
 const ACQUIRE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn open(path: &Path) -> Result<File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("open {}", path.display()))
-}
-
-fn try_flock(f: &File, op: libc::c_int) -> std::io::Result<bool> {
-    loop {
-        if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
-            return Ok(true);
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            _ => return Err(e),
-        }
-    }
+    open_lock(path).with_context(|| format!("open {}", path.display()))
 }
 
 fn read_pid(f: &mut File) -> Option<i32> {
@@ -59,7 +40,7 @@ impl ServerLock {
         let t0 = std::time::Instant::now();
         let mut got = false;
         while !got {
-            got = try_flock(&f, libc::LOCK_EX)
+            got = try_lock(&f, LockMode::Exclusive)
                 .with_context(|| format!("flock {}", path.display()))?;
             if got || t0.elapsed() >= ACQUIRE_PATIENCE {
                 break;
@@ -90,7 +71,7 @@ impl ServerLock {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("open {}", path.display())),
         };
-        if try_flock(&f, libc::LOCK_SH).with_context(|| format!("flock {}", path.display()))? {
+        if try_lock(&f, LockMode::Shared).with_context(|| format!("flock {}", path.display()))? {
             return Ok(None); // we got it: nobody holds it (dropping `f` releases it)
         }
         Ok(Some(read_pid(&mut f).unwrap_or(0)))

@@ -159,6 +159,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     state
         .start_janitor()
         .context("start the work-dir janitor")?;
+    crate::ledger_flush::start(&state);
     let evict = crate::eviction::Limits::new(
         opts.max_size
             .unwrap_or_else(|| crate::eviction::default_max_size(&layout.cache)),
@@ -274,6 +275,8 @@ impl ServerHandle {
         let _ =
             tokio::task::spawn_blocking(move || s.prespawn.close_and_wait(Duration::from_secs(5)))
                 .await;
+        // Whatever the last actions added, written before the next server can start.
+        crate::ledger_flush::flush_now(&state).await;
         drop(self.lock);
         tracing::info!("clonestage server stopped");
         Ok(())

@@ -1,6 +1,6 @@
 //! What every service shares: the cache and stager, the action cache, the spawn wrapper, the
 //! `--jobs` semaphore, the operations and upload sessions, and the draining flag set on
-//! shutdown.
+//! shutdown. Counters go to the stager's ledger (`count`), flushed by `ledger_flush`.
 
 use crate::ac_store::AcStore;
 use crate::bytestream::Uploads;
@@ -9,11 +9,11 @@ use crate::execution::operations::Operations;
 use crate::execution::prespawn::Pool;
 use crate::execution::workdir::Janitor;
 use crate::layout::Layout;
-use clonestage_engine::stats::Counters;
-use clonestage_engine::{Cache, Digest, Stager};
+use crate::ledger_flush::LedgerFlush;
+use clonestage_engine::{Cache, Stager};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 pub(crate) struct State {
@@ -36,16 +36,9 @@ pub(crate) struct State {
     background: AtomicUsize,
     /// Finished actions' work dirs, removed while no action runs.
     pub janitor: Arc<Janitor>,
-    /// Counter deltas and staged roots not yet written to stats.json / access.log: requests
-    /// only add to them; one background flush at a time writes what has accumulated.
-    pending: Mutex<PendingStats>,
-    flush_scheduled: AtomicBool,
+    /// The stager's ledger's flushes in flight (`ledger_flush`).
+    pub ledger_flush: LedgerFlush,
 }
-
-/// While actions run, pending counters are written at most this long after they changed.
-const STATS_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
-/// How often a pending flush looks whether the actions have ended.
-const STATS_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How many wrappers wait for actions: one per job slot, at most 2 (each is an idle process
 /// of ~1.5 MB); `CLONESTAGE_PRESPAWN=N` overrides (0: start the wrapper per action).
@@ -57,15 +50,6 @@ fn prespawn_size(jobs: usize) -> usize {
         Some(Ok(n)) => n,
         _ => jobs.clamp(1, 2),
     }
-}
-
-/// What `State::flush_stats` writes next.
-#[derive(Default)]
-pub(crate) struct PendingStats {
-    /// Engine counters of stagings plus the server's own (`extra`).
-    pub counters: Counters,
-    /// Input roots staged, for the cache's access log (LRU eviction).
-    pub roots: Vec<Digest>,
 }
 
 impl State {
@@ -93,53 +77,14 @@ impl State {
             draining: AtomicBool::new(false),
             background: AtomicUsize::new(0),
             janitor: Arc::new(Janitor::default()),
-            pending: Mutex::new(PendingStats::default()),
-            flush_scheduled: AtomicBool::new(false),
+            ledger_flush: LedgerFlush::default(),
         }
     }
 
-    /// Add one to the server counter `key` (written to stats.json off the request's path).
-    pub fn count(self: &Arc<Self>, key: &str) {
-        self.add_stats(|p| *p.counters.extra.entry(key.to_string()).or_default() += 1);
-    }
-
-    /// Change the pending figures and make sure a flush follows. Never blocks on the file:
-    /// a request pays a mutex and, when no flush is pending, a task spawn. The flush waits
-    /// while actions run (at most `STATS_FLUSH_EVERY`), so a build rewrites stats.json a few
-    /// times a second rather than twice per action, and happens within `STATS_IDLE_POLL` of
-    /// the last action ending: `clonestage stats` after a build sees it.
-    pub fn add_stats(self: &Arc<Self>, f: impl FnOnce(&mut PendingStats)) {
-        f(&mut self.pending.lock().unwrap());
-        if self.flush_scheduled.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        self.background.fetch_add(1, Ordering::SeqCst);
-        let state = self.clone();
-        tokio::spawn(async move {
-            let start = std::time::Instant::now();
-            while state.ops.unfinished() > 0 && start.elapsed() < STATS_FLUSH_EVERY {
-                tokio::time::sleep(STATS_IDLE_POLL).await;
-            }
-            let s = state.clone();
-            let _ = tokio::task::spawn_blocking(move || s.flush_stats()).await;
-            state.background.fetch_sub(1, Ordering::SeqCst);
-        });
-    }
-
-    /// Write the pending figures: one access-log append per staged root and one
-    /// read-add-rewrite of stats.json under its flock for everything that accumulated.
-    fn flush_stats(&self) {
-        // Cleared before taking: an add after this point schedules the next flush.
-        self.flush_scheduled.store(false, Ordering::SeqCst);
-        let p = std::mem::take(&mut *self.pending.lock().unwrap());
-        for root in &p.roots {
-            self.cache.note_access(root);
-        }
-        if p.counters != Counters::default() {
-            if let Err(e) = clonestage_engine::stats::record(self.cache.root(), &p.counters) {
-                tracing::warn!(error = %e, "cannot update the cache's counters");
-            }
-        }
+    /// Add one to the server counter `key` (written to stats.json by the ledger's flush, off
+    /// the request's path).
+    pub fn count(&self, key: &str) {
+        self.stager.ledger().count(key);
     }
 
     pub fn is_draining(&self) -> bool {
@@ -158,7 +103,10 @@ impl State {
 
     /// Actions accepted and not answered yet, plus cleanups still running.
     pub fn busy(&self) -> usize {
-        self.ops.unfinished() + self.background.load(Ordering::SeqCst) + self.janitor.pending()
+        self.ops.unfinished()
+            + self.background.load(Ordering::SeqCst)
+            + self.janitor.pending()
+            + self.ledger_flush.in_flight()
     }
 
     /// Start the janitor thread (it ends once the server state is gone and its queue empty).

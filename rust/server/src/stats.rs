@@ -15,8 +15,6 @@
 //!   histogram that `stage_percentiles` turns into p50/p90/p99.
 
 use clonestage_engine::stats::Counters;
-#[cfg(test)]
-use {clonestage_engine::stats, std::path::Path};
 
 /// Upper bounds of the staging-time histogram buckets, in microseconds.
 pub const STAGE_BUCKETS_US: [u64; 15] = [
@@ -74,25 +72,6 @@ pub fn stage_percentiles(c: &Counters) -> Vec<(u32, u64)> {
         .collect()
 }
 
-/// Add counters `deltas` to stats.json now (errors are logged: figures must never fail a
-/// request). The server itself goes through `State::add_stats`, which batches them.
-#[cfg(test)]
-pub(crate) fn add(cache: &Path, deltas: &[(&str, u64)]) {
-    let r = stats::update(cache, |c| {
-        for (k, v) in deltas {
-            *c.extra.entry(k.to_string()).or_default() += v;
-        }
-    });
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "cannot update server counters");
-    }
-}
-
-#[cfg(test)]
-pub(crate) fn count(cache: &Path, key: &str) {
-    add(cache, &[(key, 1)]);
-}
-
 /// How an executed action ended, for the counters.
 pub(crate) struct ActionFigures {
     pub stage_us: Option<u64>,
@@ -124,16 +103,34 @@ pub(crate) fn add_action(c: &mut Counters, f: &ActionFigures) {
 }
 
 #[cfg(test)]
-pub(crate) fn record_action(cache: &Path, f: &ActionFigures) {
-    let r = stats::update(cache, |c| add_action(c, f));
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "cannot update server counters");
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
+    use clonestage_engine::stats;
+    use std::path::Path;
+
+    /// Add counters `deltas` to stats.json now (errors are logged: figures must never fail a
+    /// request; the server itself goes through the stager's ledger, `ledger_flush`).
+    fn add(cache: &Path, deltas: &[(&str, u64)]) {
+        let r = stats::update(cache, |c| {
+            for (k, v) in deltas {
+                *c.extra.entry(k.to_string()).or_default() += v;
+            }
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "cannot update server counters");
+        }
+    }
+
+    fn count(cache: &Path, key: &str) {
+        add(cache, &[(key, 1)]);
+    }
+
+    fn record_action(cache: &Path, f: &ActionFigures) {
+        let r = stats::update(cache, |c| add_action(c, f));
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "cannot update server counters");
+        }
+    }
 
     #[test]
     fn percentiles_from_buckets() {

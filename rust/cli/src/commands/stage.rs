@@ -30,8 +30,11 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         method: a.method,
         symlinks: a.symlinks,
         fail_after_files,
-        defer_bookkeeping: false,
-    })?;
+    });
+    // The bookkeeping (counters, access log, cost estimates) is written at exit, a failed
+    // stage's failure count too.
+    stager.ledger().flush();
+    let staged = staged?;
     if a.json {
         let mut v = serde_json::to_value(&staged.counters)?;
         v["micros"] = staged.micros.into();

@@ -8,10 +8,10 @@
 //! into a root counts as used then). mtime cannot serve: every blob carries `BLOB_MTIME`.
 //! Roots pinned by live processes, and everything they reach, are never evicted.
 
-use super::pins::{flock, open_lock};
 use super::Cache;
 use crate::digest::Digest;
 use crate::error::{IoContext, Result};
+use crate::platform::{lock, open_lock, LockMode};
 use crate::tree;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -38,8 +38,8 @@ impl Cache {
     /// Evict least-recently-used blobs until the cache holds at most `max_bytes`.
     pub fn gc(&self, max_bytes: u64) -> Result<GcReport> {
         let lock_path = self.root().join("gc.lock");
-        let lock = open_lock(&lock_path)?;
-        flock(&lock, libc::LOCK_EX).ctx("flock", &lock_path)?;
+        let gc_lock = open_lock(&lock_path).ctx("open", &lock_path)?;
+        lock(&gc_lock, LockMode::Exclusive).ctx("flock", &lock_path)?;
         super::sweep_dead_tmp(self);
 
         let mut entries: HashMap<Digest, Entry> = HashMap::new();
@@ -132,7 +132,7 @@ impl Cache {
         let tmp = self.root().join("tmp").join(self.tmp_name("access"));
         std::fs::write(&tmp, body).ctx("write", &tmp)?;
         std::fs::rename(&tmp, &log).ctx("rename", &log)?;
-        drop(lock);
+        drop(gc_lock);
         Ok(report)
     }
 

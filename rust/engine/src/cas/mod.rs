@@ -14,16 +14,24 @@
 //! A blob is written to `tmp/`, hashed, checked against the digest it was offered under, set
 //! read-only, and only then renamed into place without replacing: a crash leaves at worst a
 //! stray temp file, never a wrong blob under a right name. The empty blob is never stored.
+//!
+//! This file is the blob store itself (layout, names, reads); beside it: `write` (putting
+//! blobs), `verify`, `pins`, `gc` (eviction), `access_log` (when roots were last used, which
+//! eviction reads) and `sweep` (leftovers of dead processes).
 
+mod access_log;
 mod gc;
 mod pins;
+mod rel_name;
+mod sweep;
 mod verify;
 mod write;
 
 pub use gc::cache_bytes;
 pub use gc::GcReport;
 pub use pins::PinGuard;
-pub(crate) use pins::{flock as flock_file, open_lock as open_lock_file};
+pub(crate) use rel_name::RelName;
+pub use sweep::sweep_dead_tmp;
 pub use verify::CorruptBlob;
 pub use write::{PutFile, Upload};
 
@@ -40,64 +48,6 @@ use std::sync::{Arc, Mutex};
 /// The mtime every installed cache inode carries (2001-09-09). An inode whose mtime differs
 /// was written after install: that is how hardlinked inputs are checked after an action.
 pub const BLOB_MTIME: i64 = 1_000_000_000;
-
-/// `<hh>/<sha256>-<size>\0`: a blob's (or exec twin's) name relative to `blobs/` (`exec/`),
-/// built on the stack: it is made once per staged file.
-pub(crate) struct RelName {
-    buf: [u8; 2 + 1 + 64 + 1 + 20 + 1],
-    len: usize,
-    /// The shard, `<hh>` as a number (the hash's first byte).
-    shard: u8,
-}
-
-impl RelName {
-    pub(crate) fn new(d: &Digest) -> RelName {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut buf = [0u8; 89];
-        for (i, b) in d.hash.iter().enumerate() {
-            buf[3 + 2 * i] = HEX[(b >> 4) as usize];
-            buf[4 + 2 * i] = HEX[(b & 15) as usize];
-        }
-        buf[0] = buf[3];
-        buf[1] = buf[4];
-        buf[2] = b'/';
-        buf[67] = b'-';
-        let mut len = 68;
-        let (digits, first) = itoa_buf(d.size);
-        let n = digits.len() - first;
-        buf[len..len + n].copy_from_slice(&digits[first..]);
-        len += n;
-        buf[len] = 0;
-        RelName {
-            buf,
-            len: len + 1,
-            shard: d.hash[0],
-        }
-    }
-
-    pub(crate) fn as_cstr(&self) -> &std::ffi::CStr {
-        std::ffi::CStr::from_bytes_with_nul(&self.buf[..self.len]).expect("one trailing NUL")
-    }
-
-    /// `<sha256>-<size>`: the name inside its shard directory.
-    pub(crate) fn leaf(&self) -> &std::ffi::CStr {
-        std::ffi::CStr::from_bytes_with_nul(&self.buf[3..self.len]).expect("one trailing NUL")
-    }
-}
-
-/// Decimal digits of `n`, right-aligned: (buffer, index of the first digit).
-fn itoa_buf(mut n: u64) -> ([u8; 20], usize) {
-    let mut b = [0u8; 20];
-    let mut i = 20;
-    loop {
-        i -= 1;
-        b[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return (b, i);
-        }
-    }
-}
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -395,24 +345,6 @@ impl Cache {
         }
         Ok(())
     }
-
-    /// Remember that `root` was used now (for LRU eviction). One O_APPEND write.
-    pub fn note_access(&self, root: &Digest) {
-        use std::io::Write;
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let p = self.root.join("access.log");
-        let r = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&p)
-            .and_then(|mut f| f.write_all(format!("{secs} {root}\n").as_bytes()));
-        if let Err(e) = r {
-            tracing::warn!(path = %p.display(), error = %e, "cannot record cache access");
-        }
-    }
 }
 
 /// Make the cache's top directory `0o700` (the umask may have widened a fresh one; an old
@@ -433,53 +365,5 @@ fn restrict_to_owner(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Remove `tmp/` entries, and half-built `subtrees/.b-*` entries, left by processes that no
-/// longer exist.
-pub fn sweep_dead_tmp(cache: &Cache) -> usize {
-    let mut removed = 0;
-    let entries = ["tmp", "subtrees"]
-        .iter()
-        .filter_map(|d| std::fs::read_dir(cache.root.join(d)).ok())
-        .flat_map(|rd| rd.flatten());
-    for e in entries {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let name = name.strip_prefix(".b-").unwrap_or(&name);
-        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() as i32 || pid_alive(pid) {
-            continue;
-        }
-        if crate::remove::remove_tree(&e.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
-
-pub(crate) fn pid_alive(pid: i32) -> bool {
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
 #[cfg(test)]
 pub(crate) mod tests;
-
-#[cfg(test)]
-mod rel_name_tests {
-    use super::*;
-
-    #[test]
-    fn rel_name_matches_the_sharded_path() {
-        let c = tempfile::tempdir().unwrap();
-        let cache = Cache::open(c.path()).unwrap();
-        for data in [&b"x"[..], &[7u8; 12345][..], &vec![1u8; 10_000_000][..]] {
-            let d = Digest::of_bytes(data);
-            let want = cache.blob_path(&d);
-            let want = want.strip_prefix(cache.root().join("blobs")).unwrap();
-            assert_eq!(
-                RelName::new(&d).as_cstr().to_str().unwrap(),
-                want.to_str().unwrap()
-            );
-        }
-    }
-}

@@ -29,10 +29,10 @@
 
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
+use crate::platform::{lock, open_lock, try_lock, LockMode};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -66,28 +66,6 @@ impl Drop for PinGuard {
             }
         }
     }
-}
-
-pub(crate) fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
-    loop {
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-pub(crate) fn open_lock(path: &Path) -> Result<File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .ctx("open", path)
 }
 
 impl Inner {
@@ -139,8 +117,8 @@ impl PinTable {
         // before reading `inner` (`all_pinned`): the other order deadlocks a stage against
         // this process's own eviction. The lock is this call's own open file (flock belongs
         // to the open file), released when it closes.
-        let lock = open_lock(gc_lock)?;
-        flock(&lock, libc::LOCK_SH).ctx("flock", gc_lock)?;
+        let gc = open_lock(gc_lock).ctx("open", gc_lock)?;
+        lock(&gc, LockMode::Shared).ctx("flock", gc_lock)?;
         let mut inner = this.inner.lock().unwrap();
         *inner.counts.entry(root).or_insert(0) += 1;
         let r = if inner.listed.contains(&root) {
@@ -149,7 +127,7 @@ impl PinTable {
             Self::register(this, &mut inner)
         };
         drop(inner); // before `guard` can drop (on error), which takes the lock again
-        drop(lock);
+        drop(gc);
         r.map(|()| guard)
     }
 
@@ -161,8 +139,15 @@ impl PinTable {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
             let p = this.dir.join(format!("{}-{nanos}", std::process::id()));
-            let f = open_lock(&p)?;
-            flock(&f, libc::LOCK_EX | libc::LOCK_NB).ctx("flock", &p)?;
+            let f = open_lock(&p).ctx("open", &p)?;
+            // A fresh name: nobody else holds it, so refused means the lock itself failed.
+            if !try_lock(&f, LockMode::Exclusive).ctx("flock", &p)? {
+                return Err(Error::io(
+                    "flock",
+                    &p,
+                    std::io::Error::from_raw_os_error(libc::EWOULDBLOCK),
+                ));
+            }
             inner.file = Some((f, p));
         }
         let path = inner.file.as_ref().map(|f| f.1.clone()).unwrap_or_default();
@@ -183,7 +168,7 @@ impl PinTable {
                 continue;
             }
             let Ok(f) = File::open(&p) else { continue };
-            if flock(&f, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+            if try_lock(&f, LockMode::Shared).unwrap_or(false) {
                 // Nobody holds it: the owner is gone.
                 let _ = std::fs::remove_file(&p);
                 continue;

@@ -18,7 +18,7 @@ pub(super) fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// Retry a call while it fails with EINTR.
-fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
+pub(super) fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
     loop {
         match check(f()) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -1,6 +1,7 @@
 //! The one place that knows operating systems. Everything above it talks to this small
 //! interface: clone a file, clone a tree, hardlink, copy, probe a device. POSIX calls that
-//! behave the same everywhere live in `dir.rs`; each OS supplies the rest in its own file.
+//! behave the same everywhere live in `dir.rs` (whole-file locks in `lock.rs`); each OS
+//! supplies the rest in its own file.
 //!
 //! Per-OS functions (same signatures in `linux.rs` and `macos.rs`):
 //! - `clone_file(src, dst_dir, name, mode)`, `clone_file_at(src_dirfd, src, ...)`: copy-on-write
@@ -16,9 +17,11 @@
 //!   instead of replacing (`rename_noreplace` below is its path form).
 
 mod dir;
+mod lock;
 pub use dir::{
     copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, open_read_at, Dir,
 };
+pub use lock::{lock, open_lock, try_lock, LockMode};
 
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]

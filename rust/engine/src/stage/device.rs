@@ -128,8 +128,9 @@ impl Devices {
     }
 
     /// Fold measured costs into the running averages. True when they moved by >25% and the
-    /// last save is old enough: the caller then `persist`s, as bookkeeping after the stage
-    /// (a read, a write and a rename of devices.json: no business of the timed path).
+    /// last save is old enough: the caller then hands the key to the ledger, whose flush
+    /// `persist`s (a read, a write and a rename of devices.json: no business of the timed
+    /// path).
     pub(crate) fn observe(
         &self,
         key: (u64, u64),
@@ -172,6 +173,12 @@ impl Devices {
             tracing::warn!(path = %path.display(), error = %e, "cannot save device profile");
             let _ = std::fs::remove_file(&tmp);
         }
+    }
+}
+
+impl crate::ledger::EstimateStore for Devices {
+    fn persist_estimates(&self, cache: &Cache, key: crate::ledger::DeviceKey) {
+        self.persist(cache, key);
     }
 }
 

@@ -21,6 +21,8 @@ mod tamper;
 mod tests;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_ledger;
 
 pub use build::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
@@ -30,8 +32,9 @@ pub use plan::TreeLimits;
 use crate::cas::{Cache, PinGuard};
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
+use crate::ledger::Ledger;
 use crate::platform::{self, cstr, Dir};
-use crate::stats::{self, Counters};
+use crate::stats::Counters;
 use crate::tree::{self, SymlinkPolicy};
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
@@ -56,9 +59,6 @@ pub struct StageRequest {
     pub symlinks: SymlinkPolicy,
     /// Testing: fail after placing this many files (proves cleanup).
     pub fail_after_files: Option<usize>,
-    /// Leave the bookkeeping (access log, persistent counters, saved cost estimates) to a later
-    /// `Stager::record(&staged)`, off the action's critical path (the server does this).
-    pub defer_bookkeeping: bool,
 }
 
 impl Default for Digest {
@@ -79,8 +79,8 @@ pub struct StagedRoot {
     linked_unique: std::sync::OnceLock<Vec<(Digest, build::Inode)>>,
     /// `Cache::quarantine_mark()` before anything was linked (see `tamper`).
     quarantine_mark: usize,
-    /// The device whose cost estimates this stage moved enough to save (by `Stager::record`).
-    profile_due: Option<(u64, u64)>,
+    /// The stager's: `check_inputs` counts what it quarantined there.
+    ledger: Arc<Ledger>,
     cache: Arc<Cache>,
     _pin: PinGuard,
 }
@@ -94,8 +94,9 @@ impl StagedRoot {
     pub fn check_inputs(&self) -> Vec<Digest> {
         let found = tamper::check(&self.cache, self.linked_inodes(), self.quarantine_mark);
         if found.quarantined_here > 0 {
+            // The quarantine itself happened above, synchronously; only the count waits.
             let n = found.quarantined_here as u64;
-            let _ = stats::update(self.cache.root(), |c| c.tampered += n);
+            self.ledger.add(|c| c.tampered += n);
         }
         found.tainted
     }
@@ -118,7 +119,9 @@ impl StagedRoot {
 
 pub struct Stager {
     cache: Arc<Cache>,
-    devices: device::Devices,
+    devices: Arc<device::Devices>,
+    /// Every stage's bookkeeping, written when whoever runs this stager flushes it.
+    ledger: Arc<Ledger>,
     seen: Mutex<Option<HashSet<Digest>>>,
     memo: plan::Memo,
     modes: Modes,
@@ -178,9 +181,11 @@ fn can_fill_read_only_dirs(cache: &Cache) -> bool {
 impl Stager {
     pub fn new(cache: Arc<Cache>) -> Stager {
         let modes = Modes::of_this_process(&cache);
+        let devices = Arc::new(device::Devices::default());
         Stager {
+            ledger: Arc::new(Ledger::new(cache.clone(), Some(devices.clone()))),
             cache,
-            devices: Default::default(),
+            devices,
             seen: Mutex::new(None),
             memo: Default::default(),
             modes,
@@ -213,6 +218,12 @@ impl Stager {
         &self.cache
     }
 
+    /// Where every stage's counters, root and cost estimates wait until flushed: the caller
+    /// running this stager flushes it (`Ledger::flush`), and may add its own counters.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
     /// The method this stager would use for destinations under `dir` (probing if needed).
     pub fn profile_for(&self, dir: &Path) -> Result<DeviceProfile> {
         let key = device::Devices::key(&self.cache, dir).ctx("stat", dir)?;
@@ -223,7 +234,7 @@ impl Stager {
         let t0 = Instant::now();
         let r = self.stage_inner(req, t0);
         if r.is_err() {
-            let _ = stats::update(self.cache.root(), |c| c.stage_failures += 1);
+            self.ledger.add(|c| c.stage_failures += 1);
         }
         r
     }
@@ -356,7 +367,7 @@ impl Stager {
             .then(|| b.per_file_time.as_secs_f64() * 1e6 / b.per_file_count as f64);
         let tree_us = (!b.tree_times.is_empty())
             .then(|| b.tree_times.iter().sum::<f64>() / b.tree_times.len() as f64);
-        let profile_due = self.devices.observe(key, file_us, tree_us).then_some(key);
+        let estimates_due = self.devices.observe(key, file_us, tree_us).then_some(key);
         tracing::debug!(
             root = %req.root,
             dest = %dest.display(),
@@ -376,32 +387,12 @@ impl Stager {
             linked: std::mem::take(&mut b.linked),
             linked_unique: Default::default(),
             quarantine_mark,
-            profile_due,
+            ledger: self.ledger.clone(),
             cache: self.cache.clone(),
             _pin: pin,
         };
-        if !req.defer_bookkeeping {
-            self.record(&staged);
-        }
+        self.ledger
+            .staged(staged.root, &staged.counters, estimates_due);
         Ok(staged)
-    }
-
-    /// Log the root's use (for LRU eviction), add the stage's counters to the persistent
-    /// ones and save the device's cost estimates if they moved. Done by `stage` unless the
-    /// request deferred it.
-    pub fn record(&self, staged: &StagedRoot) {
-        self.cache.note_access(&staged.root);
-        self.save_estimates(staged);
-        if let Err(e) = stats::record(self.cache.root(), &staged.counters) {
-            tracing::warn!(error = %e, "cannot record stage counters");
-        }
-    }
-
-    /// Save the device's cost estimates if this stage moved them (part of `record`; a caller
-    /// doing its own bookkeeping calls it after handing out the root).
-    pub fn save_estimates(&self, staged: &StagedRoot) {
-        if let Some(key) = staged.profile_due {
-            self.devices.persist(&self.cache, key);
-        }
     }
 }

@@ -243,6 +243,8 @@ fn write_through_hardlink_is_detected_and_quarantined() {
         !st.cache().contains(&blob),
         "a written-through blob is never served again"
     );
+    // Counted in the ledger; on disk once it is flushed.
+    st.ledger().flush();
     assert!(crate::stats::load(st.cache().root()).unwrap().tampered >= 1);
 }
 
@@ -286,6 +288,7 @@ fn a_shared_tampered_inode_taints_every_root_that_holds_it_whoever_checks_first(
             "the root checked second held the same tampered inode (a_checks_first={a_checks_first})"
         );
         // Counted once: one inode was quarantined.
+        st.ledger().flush();
         assert_eq!(crate::stats::load(st.cache().root()).unwrap().tampered, 1);
     }
 }

@@ -173,19 +173,16 @@ async fn respond(
                 failed: failed && !ex.stats.timed_out,
                 timed_out: ex.stats.timed_out,
             };
-            // The counters and the access log are written by a batched background flush; the
-            // device's cost estimates (when they moved) are saved and the work dir removed in
-            // the background: none of it delays the response.
+            // The stage's counters, root and cost estimates are in the stager's ledger already;
+            // the action's figures join them, written by the ledger's timed flush
+            // (`ledger_flush`), and the work dir is removed in the background: none of it
+            // delays the response.
+            state
+                .stager
+                .ledger()
+                .add(|c| stats::add_action(c, &figures));
             let leftovers = ex.leftovers;
-            state.add_stats(|p| {
-                p.counters.add(&leftovers.staged.counters);
-                p.roots.push(leftovers.staged.root);
-                stats::add_action(&mut p.counters, &figures);
-            });
-            state.background(move |state| {
-                state.stager.save_estimates(&leftovers.staged);
-                leftovers.discard(state)
-            });
+            state.background(move |state| leftovers.discard(state));
             let status = if ex.tampered > 0 {
                 // Never a clean success: the result may be built from a corrupted input. ABORTED
                 // (a concurrency failure, retriable): a retry finds the quarantined blobs

@@ -78,8 +78,6 @@ pub(crate) fn run(
             method: MethodPreference::Auto,
             symlinks: SymlinkPolicy::default(),
             fail_after_files: None,
-            // Access log and counters are written after the response (see execution/mod.rs).
-            defer_bookkeeping: true,
         })
         .map_err(Failure::from)?;
     t.fetch_done = now();

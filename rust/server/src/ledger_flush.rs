@@ -1,0 +1,62 @@
+//! When the server writes its bookkeeping: the stager's ledger (`clonestage_engine::Ledger`)
+//! holds every stage's counters, staged roots and moved cost estimates, and the server's own
+//! counters (`State::count`, the action figures); this file flushes it on a timer. Any change
+//! to a ledger with nothing unwritten schedules one flush: it waits while actions run (at most
+//! `STATS_FLUSH_EVERY`), so a build rewrites stats.json a few times a second rather than twice
+//! per action, and happens within `STATS_IDLE_POLL` of the last action ending, so
+//! `clonestage stats` right after a build sees it. Shutdown waits for a scheduled flush
+//! (`State::busy`) and flushes once more (`flush_now`). A request never waits on the files:
+//! it pays a mutex and, when nothing was pending, a task spawn.
+
+use crate::state::State;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// While actions run, pending counters are written at most this long after they changed.
+pub(crate) const STATS_FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// How often a pending flush looks whether the actions have ended.
+pub(crate) const STATS_IDLE_POLL: Duration = Duration::from_millis(10);
+
+/// The flushes scheduled or running (one at a time in practice: the ledger calls back once
+/// per flush).
+#[derive(Default)]
+pub(crate) struct LedgerFlush {
+    in_flight: AtomicUsize,
+}
+
+impl LedgerFlush {
+    /// Flushes scheduled and not finished: shutdown waits for them.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+}
+
+/// Make every change to the stager's ledger schedule a flush on this runtime.
+pub(crate) fn start(state: &Arc<State>) {
+    let weak = Arc::downgrade(state);
+    let handle = tokio::runtime::Handle::current();
+    state.stager.ledger().on_change(Box::new(move || {
+        if let Some(state) = weak.upgrade() {
+            schedule(&handle, state);
+        }
+    }));
+}
+
+fn schedule(handle: &tokio::runtime::Handle, state: Arc<State>) {
+    state.ledger_flush.in_flight.fetch_add(1, Ordering::SeqCst);
+    handle.spawn(async move {
+        let start = Instant::now();
+        while state.ops.unfinished() > 0 && start.elapsed() < STATS_FLUSH_EVERY {
+            tokio::time::sleep(STATS_IDLE_POLL).await;
+        }
+        flush_now(&state).await;
+        state.ledger_flush.in_flight.fetch_sub(1, Ordering::SeqCst);
+    });
+}
+
+/// Write whatever the ledger holds now, on the blocking pool.
+pub(crate) async fn flush_now(state: &Arc<State>) {
+    let s = state.clone();
+    let _ = tokio::task::spawn_blocking(move || s.stager.ledger().flush()).await;
+}
