@@ -28,6 +28,16 @@ cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets -- -D war
 step "clippy (aarch64-apple-darwin: the macOS clonefile path, type-checked and linted, not run)"
 cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets --target aarch64-apple-darwin -- -D warnings
 
+step "clippy (linux, the fault-injection test hooks on)"
+cargo clippy --manifest-path rust/Cargo.toml -p clonestage-engine -p clonestage --all-targets --features clonestage/fault-injection -- -D warnings
+
+step "cargo test with the fault-injection hooks (a failed stage leaves nothing behind)"
+# Only the tests that need the hooks; a second build of the engine, server and CLI (deps are
+# shared), kept by cargo beside the default one. The next step's default build then puts the
+# hook-free binary back at target/release/clonestage (no recompile), which the later steps use.
+cargo test --release --manifest-path rust/Cargo.toml -p clonestage-engine -p clonestage --features clonestage/fault-injection -- \
+    a_stage_interrupted_half_way a_failed_stage_leaves_nothing_behind the_binary_carries_the_fault_hook
+
 step "cargo test"
 cargo build --manifest-path rust/Cargo.toml --release --bin clonestage
 cargo test --release --manifest-path rust/Cargo.toml --workspace

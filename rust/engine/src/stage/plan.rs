@@ -22,9 +22,14 @@ use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::tree::{self, Directory, SymlinkPolicy};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-pub(crate) struct Plan {
+pub(crate) struct Plan<'a> {
+    /// Where Directories below a remembered subtree are read from, and what the Stager
+    /// remembers across stages.
+    cache: &'a Cache,
+    memo: &'a Memo,
     /// Directories this stage loaded; the others (below a remembered subtree) come from the
     /// memo or the CAS when the builder descends into them.
     dirs: HashMap<Digest, Arc<Directory>>,
@@ -90,7 +95,7 @@ pub(super) struct MemoInner {
     /// symlink's lexical check only gets easier deeper down).
     validated: HashMap<(Digest, SymlinkPolicy), usize>,
     /// Subtrees whose symlinks all resolve within the subtree itself: safe wherever they occur.
-    pub(super) links_contained: HashSet<(Digest, SymlinkPolicy)>,
+    links_contained: HashSet<(Digest, SymlinkPolicy)>,
     facts: HashMap<Digest, Facts>,
     dirs: HashMap<Digest, Arc<Directory>>,
     /// Entries (files, directories, symlinks) held in `dirs`.
@@ -138,14 +143,14 @@ impl Memo {
     }
 }
 
-impl Plan {
+impl<'a> Plan<'a> {
     pub(crate) fn load(
-        cache: &Cache,
+        cache: &'a Cache,
+        memo: &'a Memo,
         root: &Digest,
         policy: SymlinkPolicy,
         limits: &TreeLimits,
-        memo: &Memo,
-    ) -> Result<Plan> {
+    ) -> Result<Plan<'a>> {
         let mut dirs: HashMap<Digest, Arc<Directory>> = HashMap::new();
         let mut known: HashMap<Digest, Facts> = HashMap::new();
         // Each digest once, at the shallowest depth it occurs (breadth-first finds that first).
@@ -234,46 +239,63 @@ impl Plan {
         }
         m.facts.extend(facts.iter().map(|(d, f)| (*d, *f)));
         drop(m);
-        Ok(Plan { dirs, facts })
+        Ok(Plan {
+            cache,
+            memo,
+            dirs,
+            facts,
+        })
     }
 
     /// Directory `d` of this tree (loaded lazily below a remembered subtree).
-    pub(crate) fn dir(
-        &self,
-        cache: &Cache,
-        memo: &Memo,
-        d: &Digest,
-        path: &std::path::Path,
-    ) -> Result<Arc<Directory>> {
+    pub(crate) fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>> {
         if let Some(dir) = self.dirs.get(d) {
             return Ok(dir.clone());
         }
         let path = path.display().to_string();
-        memo.directory(cache, d, &path)?.ok_or(Error::Missing {
-            digests: vec![*d],
-            path,
-        })
+        self.memo
+            .directory(self.cache, d, &path)?
+            .ok_or(Error::Missing {
+                digests: vec![*d],
+                path,
+            })
     }
 
     /// What `d` expands to: counted by `load`, else remembered, else (the memo started over
     /// meanwhile) counted again from the Directories.
-    pub(crate) fn facts(
-        &self,
-        cache: &Cache,
-        memo: &Memo,
-        d: &Digest,
-        path: &std::path::Path,
-    ) -> Result<Facts> {
+    pub(crate) fn facts(&self, d: &Digest, path: &Path) -> Result<Facts> {
         if let Some(f) = self.facts.get(d) {
             return Ok(*f);
         }
-        if let Some(f) = memo.lock().facts.get(d) {
+        if let Some(f) = self.memo.lock().facts.get(d) {
             return Ok(*f);
         }
         let mut counted = HashMap::new();
-        let f = count(d, &mut |x| self.dir(cache, memo, x, path), &mut counted)?;
-        memo.lock().facts.extend(counted);
+        let f = count(d, &mut |x| self.dir(x, path), &mut counted)?;
+        self.memo.lock().facts.extend(counted);
         Ok(f)
+    }
+
+    /// Whether every symlink of subtree `d` was found, in an earlier check, to resolve within
+    /// the subtree itself (then it is safe wherever it occurs).
+    pub(crate) fn links_contained(&self, d: &Digest, policy: SymlinkPolicy) -> bool {
+        self.memo.lock().links_contained.contains(&(*d, policy))
+    }
+
+    /// Remember that every symlink of subtree `d` resolves within it.
+    pub(crate) fn note_links_contained(&self, d: &Digest, policy: SymlinkPolicy) {
+        self.memo.lock().links_contained.insert((*d, policy));
+    }
+}
+
+/// The builder reads the tree through the plan.
+impl super::fill::Source for Plan<'_> {
+    fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>> {
+        Plan::dir(self, d, path)
+    }
+
+    fn facts(&self, d: &Digest, path: &Path) -> Result<Facts> {
+        Plan::facts(self, d, path)
     }
 }
 

@@ -67,6 +67,9 @@ pub(crate) fn run(
     let work = WorkDir::create(&state.layout.work_dir())?;
     let root = work.root();
     t.fetch_start = now();
+    // `..Default::default()` fills the test hooks a `fault-injection` build of the engine adds
+    // (none otherwise: then the update is needless).
+    #[allow(clippy::needless_update)]
     let staged = state
         .stager
         .stage(&StageRequest {
@@ -77,9 +80,9 @@ pub(crate) fn run(
             working_dir: p.working_dir.clone(),
             method: MethodPreference::Auto,
             symlinks: SymlinkPolicy::default(),
-            fail_after_files: None,
             // Access log and counters are written after the response (see execution/mod.rs).
             defer_bookkeeping: true,
+            ..Default::default()
         })
         .map_err(Failure::from)?;
     t.fetch_done = now();
