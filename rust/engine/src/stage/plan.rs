@@ -10,8 +10,8 @@
 //! Digests name content, so nothing remembered can go stale; a Directory evicted from the CAS
 //! since is still staged from memory, and its files are checked as they are placed.
 //!
-//! A client shapes the tree, so nothing here recurses: the walk is breadth-first over distinct
-//! digests (each Directory read and validated once, at the shallowest depth it occurs, where
+//! A client shapes the tree, so nothing here recurses: the walk (`tree::walk`) is breadth-first
+//! over distinct digests (each Directory read and validated once, at the shallowest depth it occurs, where
 //! its symlinks' lexical check is strictest), sizes are counted bottom-up with memoised
 //! per-digest figures and saturating arithmetic, and the tree's depth, expanded entries and
 //! bytes are held to `TreeLimits` before anything is created. Symlink targets are then
@@ -20,8 +20,9 @@
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
+use crate::tree::walk::{self, BadDigest, Order};
 use crate::tree::{self, Directory, SymlinkPolicy};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -156,51 +157,44 @@ impl<'a> Plan<'a> {
         // Each digest once, at the shallowest depth it occurs (breadth-first finds that first).
         let mut visited: HashMap<Digest, usize> = HashMap::new();
         let mut missing: Option<Digest> = None;
-        let mut queue = VecDeque::from([(*root, String::new(), 0usize)]);
-        while let Some((d, path, depth)) = queue.pop_front() {
-            if visited.contains_key(&d) {
-                continue;
-            }
-            visited.insert(d, depth);
-            if depth > limits.max_depth as usize {
-                return Err(too_deep(&path, &d, limits));
-            }
-            let validated = {
-                let m = memo.lock();
-                let validated = m.validated.get(&(d, policy)).is_some_and(|&at| at <= depth);
-                if let (true, Some(f)) = (validated, m.facts.get(&d)) {
-                    // Validated with everything below it, at this depth or above: stop here.
-                    if depth as u64 + f.height as u64 > limits.max_depth as u64 {
-                        return Err(too_deep(&path, &d, limits));
-                    }
-                    known.insert(d, *f);
-                    continue;
+        walk::walk(
+            root,
+            Order::BreadthFirst,
+            BadDigest::Fail,
+            &mut HashSet::new(),
+            |at| {
+                let (d, depth) = (at.digest, at.depth);
+                visited.insert(d, depth);
+                if depth > limits.max_depth as usize {
+                    return Err(too_deep(at.path, &d, limits));
                 }
-                validated
-            };
-            let dir = match dirs.get(&d) {
-                Some(dir) => dir.clone(),
-                None => match memo.directory(cache, &d, &path)? {
-                    Some(dir) => {
-                        dirs.insert(d, dir.clone());
-                        dir
+                let validated = {
+                    let m = memo.lock();
+                    let validated = m.validated.get(&(d, policy)).is_some_and(|&v| v <= depth);
+                    if let (true, Some(f)) = (validated, m.facts.get(&d)) {
+                        // Validated with everything below it, at this depth or above: stop here.
+                        if depth as u64 + f.height as u64 > limits.max_depth as u64 {
+                            return Err(too_deep(at.path, &d, limits));
+                        }
+                        known.insert(d, *f);
+                        return Ok(None);
                     }
+                    validated
+                };
+                let dir = match memo.directory(cache, &d, at.path)? {
+                    Some(dir) => dir,
                     None => {
                         missing.get_or_insert(d);
-                        continue;
+                        return Ok(None);
                     }
-                },
-            };
-            if !validated {
-                tree::validate_directory(&dir, &path, &d, policy)?;
-            }
-            for sub in &dir.directories {
-                let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-                if !visited.contains_key(&sd) {
-                    queue.push_back((sd, tree::join(&path, &sub.name), depth + 1));
+                };
+                dirs.insert(d, dir.clone());
+                if !validated {
+                    tree::validate_directory(&dir, at.path, &d, policy)?;
                 }
-            }
-        }
+                Ok(Some(dir))
+            },
+        )?;
         if let Some(first) = missing {
             let mut digests = tree::find_missing(cache, root)?;
             if digests.is_empty() {
