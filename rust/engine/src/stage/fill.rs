@@ -1,34 +1,24 @@
 //! Filling a root: directories created with `*at` calls under fds this process opened, depth
 //! first in the Directory's order (files, then symlinks, then subdirectories), each
 //! subdirectory either cloned whole from the subtree cache (`subtree.rs`) or made and filled
-//! here, and each file placed by `place.rs`. The builder reads the tree through `Source` (what
-//! the plan offers: Directories and what they expand to) and hands the stage one `Built`.
+//! here, and each file placed by `place.rs`. The builder reads the tree through `plan::Source`
+//! (Directories and what they expand to, nothing else) and hands the stage one `Built`.
 
 use super::device::{Devices, FileMethod};
+use super::modes::Modes;
 use super::place::{Inode, Placer};
-use super::plan::Facts;
+use super::plan::Source;
 use super::subtree::{self, Subtrees, Take};
-use super::Modes;
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{IoContext, Result};
 use crate::platform::{cstr, Dir, TreeClone};
 use crate::stats::Counters;
-use crate::tree::Directory;
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// What the builder needs of the tree: implemented by the plan (`plan.rs`), which loaded and
-/// checked it before anything was created.
-pub(crate) trait Source {
-    /// Directory `d`, found at `path` (for messages).
-    fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>>;
-    /// What Directory `d` expands to.
-    fn facts(&self, d: &Digest, path: &Path) -> Result<Facts>;
-}
 
 /// Where and how one stage builds.
 pub(crate) struct Setup<'a> {

@@ -13,6 +13,7 @@
 
 mod device;
 mod fill;
+mod limits;
 mod links;
 mod modes;
 mod outputs;
@@ -24,10 +25,12 @@ mod tamper;
 mod tests;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_layout;
 
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
+pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
-pub use plan::TreeLimits;
 pub use subtree::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 
 use crate::cas::{Cache, PinGuard};
@@ -36,7 +39,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::platform::{self, cstr, Dir};
 use crate::stats::{self, Counters};
 use crate::tree::{self, SymlinkPolicy};
-pub(crate) use modes::Modes;
+use modes::Modes;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

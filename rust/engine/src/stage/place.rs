@@ -4,7 +4,7 @@
 //! the mode fixed only when the umask would have cleared bits. This is the per-file hot path.
 
 use super::device::{Devices, FileMethod};
-use super::Modes;
+use super::modes::Modes;
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};

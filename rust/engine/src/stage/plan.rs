@@ -17,6 +17,7 @@
 //! bytes are held to `TreeLimits` before anything is created. Symlink targets are then
 //! resolved through the tree itself (`links.rs`).
 
+use super::limits::{check_size, too_deep, TreeLimits};
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
@@ -52,36 +53,6 @@ pub(crate) struct Facts {
     pub links: u64,
     /// Levels of directories below it (0: no subdirectory).
     pub height: u32,
-}
-
-/// Bounds on one tree, checked before anything is created (INVALID_ARGUMENT naming the flag
-/// of `clonestage serve` that raises it). The defaults are far above real actions: the largest
-/// SwiftCompile stages ~2,000 files / 466 MB in trees ~30 levels deep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TreeLimits {
-    /// Directories nested below the root (a chain of N+1 Directories is N deep).
-    pub max_depth: u32,
-    /// Files, directories and symlinks once expanded (a Directory listed twice counts twice).
-    pub max_entries: u64,
-    /// Bytes of files once expanded.
-    pub max_bytes: u64,
-}
-
-impl TreeLimits {
-    /// 1,024 levels: deeper than any path PATH_MAX (4,096 bytes) can name with 3-byte names.
-    pub const DEFAULT_MAX_DEPTH: u32 = 1024;
-    pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
-    pub const DEFAULT_MAX_BYTES: u64 = 64 << 30;
-}
-
-impl Default for TreeLimits {
-    fn default() -> Self {
-        TreeLimits {
-            max_depth: Self::DEFAULT_MAX_DEPTH,
-            max_entries: Self::DEFAULT_MAX_ENTRIES,
-            max_bytes: Self::DEFAULT_MAX_BYTES,
-        }
-    }
 }
 
 /// What a Stager remembers across stages (bounded: each part starts over when full).
@@ -218,7 +189,12 @@ impl<'a> Plan<'a> {
             },
             &mut facts,
         )?;
-        check_size(root, &total, limits)?;
+        check_size(
+            root,
+            total.entries.saturating_add(total.dirs),
+            total.bytes,
+            limits,
+        )?;
         let mut m = memo.lock();
         if m.validated.len() + visited.len() > MEMO_MAX {
             m.validated.clear();
@@ -282,8 +258,16 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// The builder reads the tree through the plan.
-impl super::fill::Source for Plan<'_> {
+/// What the builder (`fill.rs`) may ask of the plan, and nothing else: the tree it loaded and
+/// checked before anything was created.
+pub(crate) trait Source {
+    /// Directory `d`, found at `path` (for messages).
+    fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>>;
+    /// What Directory `d` expands to.
+    fn facts(&self, d: &Digest, path: &Path) -> Result<Facts>;
+}
+
+impl Source for Plan<'_> {
     fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>> {
         Plan::dir(self, d, path)
     }
@@ -291,51 +275,6 @@ impl super::fill::Source for Plan<'_> {
     fn facts(&self, d: &Digest, path: &Path) -> Result<Facts> {
         Plan::facts(self, d, path)
     }
-}
-
-fn too_deep(path: &str, d: &Digest, limits: &TreeLimits) -> Error {
-    // The path is as long as the tree is deep: its first and last levels are enough.
-    let path = if path.len() > 120 {
-        let head: String = path.chars().take(40).collect();
-        let mut tail: Vec<char> = path.chars().rev().take(40).collect();
-        tail.reverse();
-        format!("{head}...{}", tail.into_iter().collect::<String>())
-    } else {
-        path.to_string()
-    };
-    Error::InvalidTree {
-        path,
-        digest: *d,
-        reason: format!(
-            "directories nested more than {} levels deep (the limit, --max-tree-depth)",
-            limits.max_depth
-        ),
-    }
-}
-
-fn check_size(root: &Digest, f: &Facts, limits: &TreeLimits) -> Result<()> {
-    let entries = f.entries.saturating_add(f.dirs);
-    let bad = |reason: String| Error::InvalidTree {
-        path: String::new(),
-        digest: *root,
-        reason,
-    };
-    if entries > limits.max_entries {
-        return Err(bad(format!(
-            "the tree expands to {}{entries} entries, over the limit of {} (--max-tree-entries raises it)",
-            if entries == u64::MAX { "at least " } else { "" },
-            limits.max_entries
-        )));
-    }
-    if f.bytes > limits.max_bytes {
-        return Err(bad(format!(
-            "the tree expands to {}{} bytes of files, over the limit of {} (--max-tree-bytes raises it)",
-            if f.bytes == u64::MAX { "at least " } else { "" },
-            f.bytes,
-            limits.max_bytes
-        )));
-    }
-    Ok(())
 }
 
 /// Files and symlinks directly in `dir`, and their bytes.
