@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # clonestage's whole test suite, the README's test command: formatting and lints (Rust for
-# Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
+# Linux and the macOS target, Starlark), the tests that need the fault-injection hooks (in a
+# build with the cargo feature; the default build, without hooks, then replaces
+# target/release/clonestage), the engine and CLI tests (the XFS/btrfs/ext4 ones on
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the unix socket, the Xcode
 # environment and zstd compression with independent clients, the static module check, the
 # launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
