@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # clonestage's whole test suite, the README's test command: formatting and lints (Rust for
-# Linux and the macOS target, Starlark), the engine and CLI tests (the XFS/btrfs/ext4 ones on
+# Linux and the macOS target, Starlark), the tests that need the fault-injection hooks (in a
+# build with the cargo feature; the default build, without hooks, then replaces
+# target/release/clonestage), the engine and CLI tests (the XFS/btrfs/ext4 ones on
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the unix socket, the Xcode
 # environment and zstd compression with independent clients, the static module check, the
 # launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
@@ -27,6 +29,16 @@ cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets -- -D war
 
 step "clippy (aarch64-apple-darwin: the macOS clonefile path, type-checked and linted, not run)"
 cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets --target aarch64-apple-darwin -- -D warnings
+
+step "clippy (linux, the fault-injection test hooks on)"
+cargo clippy --manifest-path rust/Cargo.toml -p clonestage-engine -p clonestage --all-targets --features clonestage/fault-injection -- -D warnings
+
+step "cargo test with the fault-injection hooks (a failed stage leaves nothing behind)"
+# Only the tests that need the hooks; a second build of the engine, server and CLI (deps are
+# shared), kept by cargo beside the default one. The next step's default build then puts the
+# hook-free binary back at target/release/clonestage (no recompile), which the later steps use.
+cargo test --release --manifest-path rust/Cargo.toml -p clonestage-engine -p clonestage --features clonestage/fault-injection -- \
+    a_stage_interrupted_half_way a_failed_stage_leaves_nothing_behind the_binary_carries_the_fault_hook
 
 step "cargo test"
 cargo build --manifest-path rust/Cargo.toml --release --bin clonestage

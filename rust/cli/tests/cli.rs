@@ -140,6 +140,8 @@ fn stage_refuses_an_existing_destination_with_a_clear_error() {
     assert!(!c.join("access.log").exists(), "nothing was staged");
 }
 
+// Needs the test hook (cargo feature `fault-injection`; tests/run.sh runs it with the hook).
+#[cfg(feature = "fault-injection")]
 #[test]
 fn a_failed_stage_leaves_nothing_behind() {
     let t = tempfile::tempdir().unwrap();
@@ -148,24 +150,69 @@ fn a_failed_stage_leaves_nothing_behind() {
     let d = ok(&cs(&c, &["ingest", t.path().join("src").to_str().unwrap()]));
     let out = t.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_clonestage"))
-        .args([
-            "--cache",
-            c.to_str().unwrap(),
-            "stage",
-            &d,
-            out.join("root").to_str().unwrap(),
-        ])
-        .env("CLONESTAGE_FAULT_FAIL_AFTER", "20")
-        .output()
-        .unwrap();
+    let o = stage_with_fault(&c, &d, &out.join("root"), "20");
     assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("injected fault after 20 files"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(
         std::fs::read_dir(&out).unwrap().count(),
         0,
         "a failed stage left files behind"
     );
     ok(&cs(&c, &["verify"]));
+}
+
+/// `clonestage stage` with `CLONESTAGE_FAULT_FAIL_AFTER` set.
+fn stage_with_fault(cache: &Path, digest: &str, dest: &Path, after: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .args([
+            "--cache",
+            cache.to_str().unwrap(),
+            "stage",
+            digest,
+            dest.to_str().unwrap(),
+        ])
+        .env("CLONESTAGE_FAULT_FAIL_AFTER", after)
+        .output()
+        .unwrap()
+}
+
+/// The binary users install is a default build: the test hook must not be in it, so the
+/// variable that would trigger it changes nothing.
+#[cfg(not(feature = "fault-injection"))]
+#[test]
+fn a_default_build_ignores_the_fault_hook() {
+    let t = tempfile::tempdir().unwrap();
+    let c = t.path().join("c");
+    sample(&t.path().join("src"));
+    let d = ok(&cs(&c, &["ingest", t.path().join("src").to_str().unwrap()]));
+    let root = t.path().join("root");
+    let o = stage_with_fault(&c, &d, &root, "1");
+    ok(&o);
+    assert_eq!(
+        std::fs::read_dir(root.join("sdk/inc")).unwrap().count(),
+        50,
+        "the stage did not complete"
+    );
+}
+
+/// The hook's message is in the binary exactly when it was built with the feature (the
+/// binary under test is target/*/clonestage, which tests/run.sh later uses: a dev-dependency
+/// that turned the feature on would put the hook there, and fail this test).
+#[test]
+fn the_binary_carries_the_fault_hook_only_with_the_feature() {
+    let bin = std::fs::read(env!("CARGO_BIN_EXE_clonestage")).unwrap();
+    let needle = b"injected fault after";
+    let found = bin.windows(needle.len()).any(|w| w == needle);
+    assert_eq!(
+        found,
+        cfg!(feature = "fault-injection"),
+        "the fault hook's message in {}: {found}",
+        env!("CARGO_BIN_EXE_clonestage")
+    );
 }
 
 #[test]

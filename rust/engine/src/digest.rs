@@ -164,6 +164,13 @@ fn decode_lower_hex(s: &[u8]) -> Option<[u8; 32]> {
     (bad & 0xf0 == 0).then_some(out)
 }
 
+/// The empty blob's digest (what a `StageRequest` or a message without one starts from).
+impl Default for Digest {
+    fn default() -> Self {
+        Digest::EMPTY
+    }
+}
+
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.hex(), self.size)

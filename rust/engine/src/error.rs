@@ -38,7 +38,9 @@ pub enum Error {
     /// Staging refuses to touch anything that already exists at the destination.
     #[error("destination {} already exists; refusing to stage over it", .0.display())]
     DestinationExists(PathBuf),
-    /// A failure injected by a test (see `StageRequest::fail_after_files`).
+    /// A failure injected by a test (see `StageRequest::fail_after_files`); only in builds
+    /// with the cargo feature `fault-injection`.
+    #[cfg(feature = "fault-injection")]
     #[error("injected fault after {0} files")]
     Injected(usize),
 }
@@ -68,7 +70,9 @@ impl Error {
             Error::Missing { .. } => ErrorClass::FailedPrecondition,
             Error::DestinationExists(_) => ErrorClass::AlreadyExists,
             Error::Io { source, .. } if is_out_of_space(source) => ErrorClass::ResourceExhausted,
-            Error::Io { .. } | Error::Injected(_) => ErrorClass::Internal,
+            Error::Io { .. } => ErrorClass::Internal,
+            #[cfg(feature = "fault-injection")]
+            Error::Injected(_) => ErrorClass::Internal,
         }
     }
 

@@ -18,10 +18,6 @@ pub struct StageArgs {
 pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
     let root = Digest::parse(&a.digest)?;
     let stager = Stager::new(Arc::new(super::open(cache)?));
-    // Testing hook: fail after N files, to prove a failed stage leaves nothing behind.
-    let fail_after_files = std::env::var("CLONESTAGE_FAULT_FAIL_AFTER")
-        .ok()
-        .and_then(|v| v.parse().ok());
     let staged = stager.stage(&StageRequest {
         root,
         dest: a.dest,
@@ -29,7 +25,12 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         working_dir: String::new(),
         method: a.method,
         symlinks: a.symlinks,
-        fail_after_files,
+        // Testing hook, only in builds with the `fault-injection` feature: fail after N
+        // files, to prove a failed stage leaves nothing behind.
+        #[cfg(feature = "fault-injection")]
+        fail_after_files: std::env::var("CLONESTAGE_FAULT_FAIL_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok()),
     });
     // The bookkeeping (counters, access log, cost estimates) is written at exit, a failed
     // stage's failure count too.

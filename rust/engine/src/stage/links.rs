@@ -19,8 +19,7 @@
 //!
 //! The same walk resolves a command's working directory (`resolve_dir`).
 
-use super::plan::{Memo, Plan};
-use crate::cas::Cache;
+use super::plan::Plan;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::tree::{self, Directory, SymlinkPolicy};
@@ -49,9 +48,7 @@ enum End {
 }
 
 struct Walker<'a> {
-    cache: &'a Cache,
-    memo: &'a Memo,
-    plan: &'a Plan,
+    plan: &'a Plan<'a>,
     policy: SymlinkPolicy,
     steps_left: u64,
 }
@@ -119,7 +116,7 @@ impl Walker<'_> {
                             .map_err(|e| e.to_string())?;
                         let dir = self
                             .plan
-                            .dir(self.cache, self.memo, &d, Path::new(name))
+                            .dir(&d, Path::new(name))
                             .map_err(|e| e.to_string())?;
                         at.push(Level {
                             dir,
@@ -171,24 +168,16 @@ impl Walker<'_> {
 }
 
 /// Resolve every symlink of the tree at `root` in place; refuse any that leaves the root.
-pub(crate) fn check(
-    cache: &Cache,
-    memo: &Memo,
-    plan: &Plan,
-    root: &Digest,
-    policy: SymlinkPolicy,
-) -> Result<()> {
+pub(crate) fn check(plan: &Plan, root: &Digest, policy: SymlinkPolicy) -> Result<()> {
     if policy.allow_escaping {
         return Ok(());
     }
-    let top = plan.facts(cache, memo, root, Path::new(""))?;
+    let top = plan.facts(root, Path::new(""))?;
     // No symlink, or a root whose links were all resolved before (a root's never leave it).
-    if top.links == 0 || memo.lock().links_contained.contains(&(*root, policy)) {
+    if top.links == 0 || plan.links_contained(root, policy) {
         return Ok(());
     }
     let mut w = Walker {
-        cache,
-        memo,
         plan,
         policy,
         steps_left: STEPS_BASE.saturating_add(top.links.saturating_mul(STEPS_PER_LINK)),
@@ -233,7 +222,7 @@ pub(crate) fn check(
         frames.push((d, 0, shallowest));
         Ok(())
     };
-    let root_dir = plan.dir(cache, memo, root, Path::new(""))?;
+    let root_dir = plan.dir(root, Path::new(""))?;
     enter(
         &mut w,
         &mut chain,
@@ -248,12 +237,10 @@ pub(crate) fn check(
             *next += 1;
             let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
             let p = Path::new(&sub.name);
-            if plan.facts(cache, memo, &sd, p)?.links == 0
-                || memo.lock().links_contained.contains(&(sd, policy))
-            {
+            if plan.facts(&sd, p)?.links == 0 || plan.links_contained(&sd, policy) {
                 continue;
             }
-            let sub_dir = plan.dir(cache, memo, &sd, p)?;
+            let sub_dir = plan.dir(&sd, p)?;
             enter(
                 &mut w,
                 &mut chain,
@@ -269,7 +256,7 @@ pub(crate) fn check(
         let depth = chain.len() - 1;
         chain.pop();
         if shallowest >= depth {
-            memo.lock().links_contained.insert((d, policy));
+            plan.note_links_contained(&d, policy);
         }
         if let Some(parent) = frames.last_mut() {
             parent.2 = parent.2.min(shallowest);
@@ -282,25 +269,16 @@ pub(crate) fn check(
 /// directories it names from the root, following the tree's own symlinks. Components the
 /// tree does not hold are kept as they are (they will be created, e.g. as output parents).
 /// Refused with INVALID_ARGUMENT if it leaves the root or ends at a file.
-pub(crate) fn resolve_dir(
-    cache: &Cache,
-    memo: &Memo,
-    plan: &Plan,
-    root: &Digest,
-    rel: &str,
-    what: &str,
-) -> Result<String> {
+pub(crate) fn resolve_dir(plan: &Plan, root: &Digest, rel: &str, what: &str) -> Result<String> {
     if rel.is_empty() {
         return Ok(String::new());
     }
     let mut w = Walker {
-        cache,
-        memo,
         plan,
         policy: SymlinkPolicy::default(),
         steps_left: STEPS_BASE,
     };
-    let root_dir = plan.dir(cache, memo, root, Path::new(""))?;
+    let root_dir = plan.dir(root, Path::new(""))?;
     let chain = [Level {
         dir: root_dir,
         name: String::new(),

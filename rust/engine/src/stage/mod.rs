@@ -11,11 +11,15 @@
 //! chmod'ed, utime'd or opened for writing; symlinks are recreated, never followed; the empty
 //! file is created directly.
 
-mod build;
 mod device;
+mod fill;
+mod limits;
 mod links;
+mod modes;
 mod outputs;
+mod place;
 mod plan;
+mod subtree;
 mod tamper;
 #[cfg(test)]
 mod tests;
@@ -24,10 +28,10 @@ mod tests_hostile;
 #[cfg(test)]
 mod tests_ledger;
 
-pub use build::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
+pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
-pub use plan::TreeLimits;
+pub use subtree::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 
 use crate::cas::{Cache, PinGuard};
 use crate::digest::Digest;
@@ -36,6 +40,7 @@ use crate::ledger::Ledger;
 use crate::platform::{self, cstr, Dir};
 use crate::stats::Counters;
 use crate::tree::{self, SymlinkPolicy};
+use modes::Modes;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -57,14 +62,10 @@ pub struct StageRequest {
     pub working_dir: String,
     pub method: MethodPreference,
     pub symlinks: SymlinkPolicy,
-    /// Testing: fail after placing this many files (proves cleanup).
+    /// Testing (cargo feature `fault-injection`, absent from default builds): fail after
+    /// placing this many files (proves cleanup).
+    #[cfg(feature = "fault-injection")]
     pub fail_after_files: Option<usize>,
-}
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest::EMPTY
-    }
 }
 
 /// A staged root. Keeps its tree pinned until dropped; call `check_inputs` after the action.
@@ -75,8 +76,8 @@ pub struct StagedRoot {
     pub working_dir: String,
     pub counters: Counters,
     pub micros: u64,
-    linked: Vec<(Digest, build::Inode)>,
-    linked_unique: std::sync::OnceLock<Vec<(Digest, build::Inode)>>,
+    linked: Vec<(Digest, place::Inode)>,
+    linked_unique: std::sync::OnceLock<Vec<(Digest, place::Inode)>>,
     /// `Cache::quarantine_mark()` before anything was linked (see `tamper`).
     quarantine_mark: usize,
     /// The stager's: `check_inputs` counts what it quarantined there.
@@ -107,7 +108,7 @@ impl StagedRoot {
     }
 
     /// The distinct hardlinked cache inodes, sorted once on first use (after the stage).
-    fn linked_inodes(&self) -> &[(Digest, build::Inode)] {
+    fn linked_inodes(&self) -> &[(Digest, place::Inode)] {
         self.linked_unique.get_or_init(|| {
             let mut v = self.linked.clone();
             v.sort_unstable();
@@ -127,55 +128,6 @@ pub struct Stager {
     modes: Modes,
     limits: TreeLimits,
     seq: AtomicU64,
-}
-
-/// How this process reaches the contract's modes with the fewest syscalls; decided once per
-/// `Stager` (a server never changes its umask or credentials).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Modes {
-    /// The umask clears bits of the modes we create with (0o444, 0o555, 0o755; e.g. umask
-    /// 077): every file is chmod'ed after it is made.
-    pub fix_files: bool,
-    /// Input directories are made 0o555 at once and filled afterwards, saving an fchmod (an
-    /// inode update in the journal) per directory: only where this process may create
-    /// entries in a read-only directory (root with CAP_DAC_OVERRIDE, the usual CI case) and
-    /// the umask leaves 0o555 whole. Otherwise they are made 0o755 and chmod'ed once full.
-    pub dirs_direct: bool,
-    /// The root is made 0o755 exactly (the umask clears none of 0o755): no chmod at the end.
-    pub root_exact: bool,
-}
-
-impl Modes {
-    fn of_this_process(cache: &Cache) -> Modes {
-        let umask = platform::current_umask();
-        let fix_files = umask & 0o222 != umask;
-        Modes {
-            fix_files,
-            dirs_direct: !fix_files && can_fill_read_only_dirs(cache),
-            root_exact: umask & 0o755 == 0,
-        }
-    }
-}
-
-/// Whether this process can create entries in a 0o555 directory: tried once in the cache's
-/// `tmp/` (two mkdirs, two rmdirs), not assumed from the uid (a container's root may lack
-/// CAP_DAC_OVERRIDE).
-fn can_fill_read_only_dirs(cache: &Cache) -> bool {
-    let tmp = cache.tmp_dir();
-    let Ok(name) = cstr(cache.tmp_name("mode-probe")) else {
-        return false;
-    };
-    let Ok(dir) = tmp.mkdir_at(&name, 0o555) else {
-        return false;
-    };
-    let inner = c"x";
-    let ok = dir.mkdir_at(inner, 0o755).is_ok();
-    if ok {
-        let _ = dir.unlink_at(inner, true);
-    }
-    drop(dir);
-    let _ = tmp.unlink_at(&name, true);
-    ok
 }
 
 impl Stager {
@@ -270,15 +222,13 @@ impl Stager {
         let t_plan = Instant::now();
         let plan = plan::Plan::load(
             &self.cache,
+            &self.memo,
             &req.root,
             req.symlinks,
             &self.limits,
-            &self.memo,
         )?;
-        links::check(&self.cache, &self.memo, &plan, &req.root, req.symlinks)?;
+        links::check(&plan, &req.root, req.symlinks)?;
         let working_dir = links::resolve_dir(
-            &self.cache,
-            &self.memo,
             &plan,
             &req.root,
             req.working_dir.trim_end_matches('/'),
@@ -303,17 +253,20 @@ impl Stager {
             MethodPreference::Hardlink => (FileMethod::Hardlink, None),
             MethodPreference::Copy => (FileMethod::Copy, None),
         };
-        let mut b = build::Builder::new(
-            &self.cache,
-            &self.memo,
-            &self.devices,
-            &self.seen,
-            key,
-            method,
-            tree_clone,
-            (prof.file_us, prof.tree_clone_us),
-            self.modes,
-            req.fail_after_files,
+        let mut b = fill::Builder::new(
+            &plan,
+            fill::Setup {
+                cache: &self.cache,
+                devices: &self.devices,
+                seen: &self.seen,
+                key,
+                method,
+                tree_clone,
+                costs: (prof.file_us, prof.tree_clone_us),
+                modes: self.modes,
+                #[cfg(feature = "fault-injection")]
+                fail_after: req.fail_after_files,
+            },
         );
 
         let tmp_name = format!(
@@ -325,8 +278,8 @@ impl Stager {
         let t_build = Instant::now();
         let tmp_c = cstr(&tmp_name).ctx("name", &tmp)?;
         let root_dir = parent_dir.mkdir_at(&tmp_c, 0o755).ctx("mkdir", &tmp)?;
-        let built = b
-            .fill(&plan, &root_dir, &tmp, &req.root, true)
+        let filled = b
+            .fill(&root_dir, &tmp, &req.root, true)
             .and_then(|_| outputs::make_output_parents(&root_dir, &tmp, &outputs))
             .and_then(|_| {
                 if self.modes.root_exact {
@@ -337,7 +290,7 @@ impl Stager {
             });
         drop(root_dir);
         let build_us = t_build.elapsed().as_micros() as u64;
-        if let Err(e) = built {
+        if let Err(e) = filled {
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e {
                 Error::Missing { path, .. } => Error::Missing {
@@ -347,7 +300,7 @@ impl Stager {
                 e => e,
             });
         }
-        b.save_sightings();
+        let built = b.finish();
         let at = parent_dir.as_raw_fd();
         if let Err(e) = platform::rename_noreplace_at(at, &tmp_c, at, &name_c) {
             let _ = crate::remove::remove_tree(&tmp);
@@ -360,22 +313,21 @@ impl Stager {
         }
 
         let micros = t0.elapsed().as_micros() as u64;
-        let mut counters = std::mem::take(&mut b.counters);
+        let mut counters = built.counters;
         counters.stages = 1;
         counters.stage_us_total = micros;
-        let file_us = (b.per_file_count > 16)
-            .then(|| b.per_file_time.as_secs_f64() * 1e6 / b.per_file_count as f64);
-        let tree_us = (!b.tree_times.is_empty())
-            .then(|| b.tree_times.iter().sum::<f64>() / b.tree_times.len() as f64);
-        let estimates_due = self.devices.observe(key, file_us, tree_us).then_some(key);
+        let estimates_due = self
+            .devices
+            .observe(key, built.file_us, built.tree_us)
+            .then_some(key);
         tracing::debug!(
             root = %req.root,
             dest = %dest.display(),
             micros,
             plan_us,
             build_us,
-            files_us = b.per_file_time.as_micros() as u64,
-            files = b.per_file_count,
+            files_us = built.files_time.as_micros() as u64,
+            files = built.files,
             "staged"
         );
         let staged = StagedRoot {
@@ -384,7 +336,7 @@ impl Stager {
             working_dir,
             counters,
             micros,
-            linked: std::mem::take(&mut b.linked),
+            linked: built.linked,
             linked_unique: Default::default(),
             quarantine_mark,
             ledger: self.ledger.clone(),

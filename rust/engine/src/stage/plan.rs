@@ -10,21 +10,28 @@
 //! Digests name content, so nothing remembered can go stale; a Directory evicted from the CAS
 //! since is still staged from memory, and its files are checked as they are placed.
 //!
-//! A client shapes the tree, so nothing here recurses: the walk is breadth-first over distinct
-//! digests (each Directory read and validated once, at the shallowest depth it occurs, where
+//! A client shapes the tree, so nothing here recurses: the walk (`tree::walk`) is breadth-first
+//! over distinct digests (each Directory read and validated once, at the shallowest depth it occurs, where
 //! its symlinks' lexical check is strictest), sizes are counted bottom-up with memoised
 //! per-digest figures and saturating arithmetic, and the tree's depth, expanded entries and
 //! bytes are held to `TreeLimits` before anything is created. Symlink targets are then
 //! resolved through the tree itself (`links.rs`).
 
+use super::limits::{check_size, too_deep, TreeLimits};
 use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
+use crate::tree::walk::{self, BadDigest, Order};
 use crate::tree::{self, Directory, SymlinkPolicy};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-pub(crate) struct Plan {
+pub(crate) struct Plan<'a> {
+    /// Where Directories below a remembered subtree are read from, and what the Stager
+    /// remembers across stages.
+    cache: &'a Cache,
+    memo: &'a Memo,
     /// Directories this stage loaded; the others (below a remembered subtree) come from the
     /// memo or the CAS when the builder descends into them.
     dirs: HashMap<Digest, Arc<Directory>>,
@@ -48,36 +55,6 @@ pub(crate) struct Facts {
     pub height: u32,
 }
 
-/// Bounds on one tree, checked before anything is created (INVALID_ARGUMENT naming the flag
-/// of `clonestage serve` that raises it). The defaults are far above real actions: the largest
-/// SwiftCompile stages ~2,000 files / 466 MB in trees ~30 levels deep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TreeLimits {
-    /// Directories nested below the root (a chain of N+1 Directories is N deep).
-    pub max_depth: u32,
-    /// Files, directories and symlinks once expanded (a Directory listed twice counts twice).
-    pub max_entries: u64,
-    /// Bytes of files once expanded.
-    pub max_bytes: u64,
-}
-
-impl TreeLimits {
-    /// 1,024 levels: deeper than any path PATH_MAX (4,096 bytes) can name with 3-byte names.
-    pub const DEFAULT_MAX_DEPTH: u32 = 1024;
-    pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
-    pub const DEFAULT_MAX_BYTES: u64 = 64 << 30;
-}
-
-impl Default for TreeLimits {
-    fn default() -> Self {
-        TreeLimits {
-            max_depth: Self::DEFAULT_MAX_DEPTH,
-            max_entries: Self::DEFAULT_MAX_ENTRIES,
-            max_bytes: Self::DEFAULT_MAX_BYTES,
-        }
-    }
-}
-
 /// What a Stager remembers across stages (bounded: each part starts over when full).
 #[derive(Default)]
 pub(crate) struct Memo {
@@ -90,7 +67,7 @@ pub(super) struct MemoInner {
     /// symlink's lexical check only gets easier deeper down).
     validated: HashMap<(Digest, SymlinkPolicy), usize>,
     /// Subtrees whose symlinks all resolve within the subtree itself: safe wherever they occur.
-    pub(super) links_contained: HashSet<(Digest, SymlinkPolicy)>,
+    links_contained: HashSet<(Digest, SymlinkPolicy)>,
     facts: HashMap<Digest, Facts>,
     dirs: HashMap<Digest, Arc<Directory>>,
     /// Entries (files, directories, symlinks) held in `dirs`.
@@ -138,64 +115,57 @@ impl Memo {
     }
 }
 
-impl Plan {
+impl<'a> Plan<'a> {
     pub(crate) fn load(
-        cache: &Cache,
+        cache: &'a Cache,
+        memo: &'a Memo,
         root: &Digest,
         policy: SymlinkPolicy,
         limits: &TreeLimits,
-        memo: &Memo,
-    ) -> Result<Plan> {
+    ) -> Result<Plan<'a>> {
         let mut dirs: HashMap<Digest, Arc<Directory>> = HashMap::new();
         let mut known: HashMap<Digest, Facts> = HashMap::new();
         // Each digest once, at the shallowest depth it occurs (breadth-first finds that first).
         let mut visited: HashMap<Digest, usize> = HashMap::new();
         let mut missing: Option<Digest> = None;
-        let mut queue = VecDeque::from([(*root, String::new(), 0usize)]);
-        while let Some((d, path, depth)) = queue.pop_front() {
-            if visited.contains_key(&d) {
-                continue;
-            }
-            visited.insert(d, depth);
-            if depth > limits.max_depth as usize {
-                return Err(too_deep(&path, &d, limits));
-            }
-            let validated = {
-                let m = memo.lock();
-                let validated = m.validated.get(&(d, policy)).is_some_and(|&at| at <= depth);
-                if let (true, Some(f)) = (validated, m.facts.get(&d)) {
-                    // Validated with everything below it, at this depth or above: stop here.
-                    if depth as u64 + f.height as u64 > limits.max_depth as u64 {
-                        return Err(too_deep(&path, &d, limits));
-                    }
-                    known.insert(d, *f);
-                    continue;
+        walk::walk(
+            root,
+            Order::BreadthFirst,
+            BadDigest::Fail,
+            &mut HashSet::new(),
+            |at| {
+                let (d, depth) = (at.digest, at.depth);
+                visited.insert(d, depth);
+                if depth > limits.max_depth as usize {
+                    return Err(too_deep(at.path, &d, limits));
                 }
-                validated
-            };
-            let dir = match dirs.get(&d) {
-                Some(dir) => dir.clone(),
-                None => match memo.directory(cache, &d, &path)? {
-                    Some(dir) => {
-                        dirs.insert(d, dir.clone());
-                        dir
+                let validated = {
+                    let m = memo.lock();
+                    let validated = m.validated.get(&(d, policy)).is_some_and(|&v| v <= depth);
+                    if let (true, Some(f)) = (validated, m.facts.get(&d)) {
+                        // Validated with everything below it, at this depth or above: stop here.
+                        if depth as u64 + f.height as u64 > limits.max_depth as u64 {
+                            return Err(too_deep(at.path, &d, limits));
+                        }
+                        known.insert(d, *f);
+                        return Ok(None);
                     }
+                    validated
+                };
+                let dir = match memo.directory(cache, &d, at.path)? {
+                    Some(dir) => dir,
                     None => {
                         missing.get_or_insert(d);
-                        continue;
+                        return Ok(None);
                     }
-                },
-            };
-            if !validated {
-                tree::validate_directory(&dir, &path, &d, policy)?;
-            }
-            for sub in &dir.directories {
-                let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-                if !visited.contains_key(&sd) {
-                    queue.push_back((sd, tree::join(&path, &sub.name), depth + 1));
+                };
+                dirs.insert(d, dir.clone());
+                if !validated {
+                    tree::validate_directory(&dir, at.path, &d, policy)?;
                 }
-            }
-        }
+                Ok(Some(dir))
+            },
+        )?;
         if let Some(first) = missing {
             let mut digests = tree::find_missing(cache, root)?;
             if digests.is_empty() {
@@ -219,7 +189,12 @@ impl Plan {
             },
             &mut facts,
         )?;
-        check_size(root, &total, limits)?;
+        check_size(
+            root,
+            total.entries.saturating_add(total.dirs),
+            total.bytes,
+            limits,
+        )?;
         let mut m = memo.lock();
         if m.validated.len() + visited.len() > MEMO_MAX {
             m.validated.clear();
@@ -234,92 +209,72 @@ impl Plan {
         }
         m.facts.extend(facts.iter().map(|(d, f)| (*d, *f)));
         drop(m);
-        Ok(Plan { dirs, facts })
+        Ok(Plan {
+            cache,
+            memo,
+            dirs,
+            facts,
+        })
     }
 
     /// Directory `d` of this tree (loaded lazily below a remembered subtree).
-    pub(crate) fn dir(
-        &self,
-        cache: &Cache,
-        memo: &Memo,
-        d: &Digest,
-        path: &std::path::Path,
-    ) -> Result<Arc<Directory>> {
+    pub(crate) fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>> {
         if let Some(dir) = self.dirs.get(d) {
             return Ok(dir.clone());
         }
         let path = path.display().to_string();
-        memo.directory(cache, d, &path)?.ok_or(Error::Missing {
-            digests: vec![*d],
-            path,
-        })
+        self.memo
+            .directory(self.cache, d, &path)?
+            .ok_or(Error::Missing {
+                digests: vec![*d],
+                path,
+            })
     }
 
     /// What `d` expands to: counted by `load`, else remembered, else (the memo started over
     /// meanwhile) counted again from the Directories.
-    pub(crate) fn facts(
-        &self,
-        cache: &Cache,
-        memo: &Memo,
-        d: &Digest,
-        path: &std::path::Path,
-    ) -> Result<Facts> {
+    pub(crate) fn facts(&self, d: &Digest, path: &Path) -> Result<Facts> {
         if let Some(f) = self.facts.get(d) {
             return Ok(*f);
         }
-        if let Some(f) = memo.lock().facts.get(d) {
+        if let Some(f) = self.memo.lock().facts.get(d) {
             return Ok(*f);
         }
         let mut counted = HashMap::new();
-        let f = count(d, &mut |x| self.dir(cache, memo, x, path), &mut counted)?;
-        memo.lock().facts.extend(counted);
+        let f = count(d, &mut |x| self.dir(x, path), &mut counted)?;
+        self.memo.lock().facts.extend(counted);
         Ok(f)
     }
-}
 
-fn too_deep(path: &str, d: &Digest, limits: &TreeLimits) -> Error {
-    // The path is as long as the tree is deep: its first and last levels are enough.
-    let path = if path.len() > 120 {
-        let head: String = path.chars().take(40).collect();
-        let mut tail: Vec<char> = path.chars().rev().take(40).collect();
-        tail.reverse();
-        format!("{head}...{}", tail.into_iter().collect::<String>())
-    } else {
-        path.to_string()
-    };
-    Error::InvalidTree {
-        path,
-        digest: *d,
-        reason: format!(
-            "directories nested more than {} levels deep (the limit, --max-tree-depth)",
-            limits.max_depth
-        ),
+    /// Whether every symlink of subtree `d` was found, in an earlier check, to resolve within
+    /// the subtree itself (then it is safe wherever it occurs).
+    pub(crate) fn links_contained(&self, d: &Digest, policy: SymlinkPolicy) -> bool {
+        self.memo.lock().links_contained.contains(&(*d, policy))
+    }
+
+    /// Remember that every symlink of subtree `d` resolves within it.
+    pub(crate) fn note_links_contained(&self, d: &Digest, policy: SymlinkPolicy) {
+        self.memo.lock().links_contained.insert((*d, policy));
     }
 }
 
-fn check_size(root: &Digest, f: &Facts, limits: &TreeLimits) -> Result<()> {
-    let entries = f.entries.saturating_add(f.dirs);
-    let bad = |reason: String| Error::InvalidTree {
-        path: String::new(),
-        digest: *root,
-        reason,
-    };
-    if entries > limits.max_entries {
-        return Err(bad(format!(
-            "the tree expands to {}{entries} entries, over the limit of {} (--max-tree-entries raises it)",
-            if entries == u64::MAX { "at least " } else { "" },
-            limits.max_entries
-        )));
+/// What the builder (`fill.rs`) may ask of the plan, and nothing else: the tree it loaded and
+/// checked before anything was created.
+pub(crate) trait Source {
+    /// Directory `d`, found at `path` (for messages).
+    fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>>;
+    /// What Directory `d` expands to.
+    fn facts(&self, d: &Digest, path: &Path) -> Result<Facts>;
+}
+
+impl Source for Plan<'_> {
+    fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>> {
+        Plan::dir(self, d, path)
     }
-    if f.bytes > limits.max_bytes {
-        return Err(bad(format!(
-            "the tree expands to {}{} bytes of files, over the limit of {} (--max-tree-bytes raises it)",
-            if f.bytes == u64::MAX { "at least " } else { "" },
-            f.bytes,
-            limits.max_bytes
-        )));
+
+    fn facts(&self, d: &Digest, path: &Path) -> Result<Facts> {
+        Plan::facts(self, d, path)
     }
-    Ok(())
 }
 
 /// Files and symlinks directly in `dir`, and their bytes.

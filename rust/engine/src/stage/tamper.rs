@@ -14,7 +14,7 @@
 //! changes, but so does a shared inode's whenever a concurrent stage links or unlinks it, so
 //! ctime cannot tell the two apart without a re-hash; `clonestage verify` re-hashes.
 
-use super::build::Inode;
+use super::place::Inode;
 use crate::cas::{Cache, BLOB_MTIME};
 use crate::digest::Digest;
 use std::os::unix::fs::MetadataExt;

@@ -621,6 +621,8 @@ fn an_existing_destination_is_refused_and_left_untouched() {
     assert!(leftovers(t.path()).is_empty());
 }
 
+// Needs the test hook (cargo feature `fault-injection`; tests/run.sh runs it with the hook).
+#[cfg(feature = "fault-injection")]
 #[test]
 fn a_stage_interrupted_half_way_leaves_nothing_behind() {
     let (t, st) = setup(&std::env::temp_dir());

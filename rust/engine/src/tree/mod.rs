@@ -1,9 +1,11 @@
 //! Directory trees as REAPI Merkle trees: `Directory` messages stored in the CAS, encoded
 //! exactly as REAPI specifies (entries sorted by name, node properties empty), so a digest
-//! computed here equals the one Bazel computes for the same tree.
+//! computed here equals the one Bazel computes for the same tree. Everything that visits a
+//! tree from its root does so through `walk`.
 
 mod ingest;
 mod validate;
+pub mod walk;
 
 pub use ingest::{ingest_path, IngestOptions, MAX_INGEST_DEPTH};
 pub use validate::{
@@ -18,6 +20,7 @@ pub use bazel_remote_apis::build::bazel::remote::execution::v2::{
 };
 use prost::Message;
 use std::collections::HashSet;
+use walk::{BadDigest, Order};
 
 /// Serialize a Directory; prost writes fields in field-number order and omits defaults,
 /// which is the canonical form REAPI digests are computed over.
@@ -53,76 +56,76 @@ pub fn reachable(
     seen: &mut HashSet<Digest>,
     f: &mut dyn FnMut(Digest),
 ) {
-    let mut stack = vec![*root];
-    while let Some(d) = stack.pop() {
-        if !seen.insert(d) {
-            continue;
-        }
-        f(d);
-        let Ok(Some(dir)) = load_directory(cache, &d, "") else {
-            continue;
+    // The visitor never fails and bad digests are skipped: the walk cannot fail.
+    let _ = walk::walk(root, Order::DepthFirst, BadDigest::Skip, seen, |at| {
+        f(at.digest);
+        let Ok(Some(dir)) = load_directory(cache, &at.digest, "") else {
+            return Ok(None);
         };
         for file in &dir.files {
             if let Ok(fd) = Digest::from_opt_proto(file.digest.as_ref(), "file") {
                 f(fd);
             }
         }
-        for sub in &dir.directories {
-            if let Ok(sd) = Digest::from_opt_proto(sub.digest.as_ref(), "directory") {
-                stack.push(sd);
-            }
-        }
-    }
+        Ok(Some(dir))
+    });
 }
 
 /// Every digest under `root` that the cache lacks (Directory messages and files), for
 /// REAPI's FAILED_PRECONDITION answer. Directories below a missing one cannot be known.
 pub fn find_missing(cache: &Cache, root: &Digest) -> Result<Vec<Digest>> {
     let mut missing = Vec::new();
-    let mut seen = HashSet::new();
-    let mut stack = vec![(*root, String::new())];
-    while let Some((d, path)) = stack.pop() {
-        if !seen.insert(d) {
-            continue;
-        }
-        let Some(dir) = load_directory(cache, &d, &path)? else {
-            missing.push(d);
-            continue;
-        };
-        for file in &dir.files {
-            let fd = Digest::from_opt_proto(file.digest.as_ref(), &file.name)?;
-            if seen.insert(fd) && !cache.contains(&fd) {
-                missing.push(fd);
+    // Files and Directories together: each digest is looked up once, whichever it names.
+    let mut looked_up = HashSet::new();
+    walk::walk(
+        root,
+        Order::DepthFirst,
+        BadDigest::Fail,
+        &mut HashSet::new(),
+        |at| {
+            if !looked_up.insert(at.digest) {
+                return Ok(None);
             }
-        }
-        for sub in &dir.directories {
-            let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-            stack.push((sd, join(&path, &sub.name)));
-        }
-    }
+            let Some(dir) = load_directory(cache, &at.digest, at.path)? else {
+                missing.push(at.digest);
+                return Ok(None);
+            };
+            for file in &dir.files {
+                let fd = Digest::from_opt_proto(file.digest.as_ref(), &file.name)?;
+                if looked_up.insert(fd) && !cache.contains(&fd) {
+                    missing.push(fd);
+                }
+            }
+            Ok(Some(dir))
+        },
+    )?;
     Ok(missing)
 }
 
 /// All Directory messages of the tree at `root`, breadth-first, each once (REAPI GetTree).
 pub fn get_tree(cache: &Cache, root: &Digest) -> Result<Vec<Directory>> {
     let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    let mut queue = std::collections::VecDeque::from([(*root, String::new())]);
-    while let Some((d, path)) = queue.pop_front() {
-        if !seen.insert(d) {
-            continue;
-        }
-        let dir = load_directory(cache, &d, &path)?.ok_or_else(|| Error::Missing {
-            digests: vec![d],
-            path: path.clone(),
-        })?;
-        for sub in &dir.directories {
-            let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
-            queue.push_back((sd, join(&path, &sub.name)));
-        }
-        out.push(dir);
-    }
-    Ok(out)
+    walk::walk(
+        root,
+        Order::BreadthFirst,
+        BadDigest::Fail,
+        &mut HashSet::new(),
+        |at| {
+            let dir =
+                load_directory(cache, &at.digest, at.path)?.ok_or_else(|| Error::Missing {
+                    digests: vec![at.digest],
+                    path: at.path.to_string(),
+                })?;
+            let dir = std::rc::Rc::new(dir);
+            out.push(dir.clone());
+            Ok(Some(dir))
+        },
+    )?;
+    // The walk has dropped its references: each Directory is moved out, not copied.
+    Ok(out
+        .into_iter()
+        .map(|d| std::rc::Rc::try_unwrap(d).unwrap_or_else(|d| (*d).clone()))
+        .collect())
 }
 
 pub(crate) fn join(parent: &str, name: &str) -> String {

@@ -67,6 +67,9 @@ pub(crate) fn run(
     let work = WorkDir::create(&state.layout.work_dir())?;
     let root = work.root();
     t.fetch_start = now();
+    // `..Default::default()` fills the test hooks a `fault-injection` build of the engine adds
+    // (none otherwise: then the update is needless).
+    #[allow(clippy::needless_update)]
     let staged = state
         .stager
         .stage(&StageRequest {
@@ -77,7 +80,7 @@ pub(crate) fn run(
             working_dir: p.working_dir.clone(),
             method: MethodPreference::Auto,
             symlinks: SymlinkPolicy::default(),
-            fail_after_files: None,
+            ..Default::default()
         })
         .map_err(Failure::from)?;
     t.fetch_done = now();
