@@ -1,6 +1,7 @@
 //! Removing staged roots, work dirs and cache trees of any depth: read-only directories (0o555)
 //! are made writable when an unlink in them is refused, symlinks are removed, never followed,
-//! and btrfs subvolumes are deleted in one call.
+//! and btrfs subvolumes are deleted in one call (relative to their parent's fd, at any depth).
+//! This is the one tree remover: the stager's, the cache's and the server's work dirs use it.
 //!
 //! Nothing recurses and no path is walked below the top: a tree a client shaped (or a killed
 //! server left) can be thousands of levels deep, longer than PATH_MAX. The walk keeps one
@@ -16,9 +17,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// The root inode of every btrfs subvolume (a cloned subtree): tried as a whole first.
-const SUBVOL_INO: u64 = 256;
-
 /// Remove `path` and everything below it. A missing path is not an error.
 pub fn remove_tree(path: &Path) -> Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
@@ -29,7 +27,7 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     if !meta.is_dir() {
         return std::fs::remove_file(path).ctx("unlink", path);
     }
-    if platform::remove_tree_container(path).unwrap_or(false) {
+    if remove_container(path, &meta) {
         return Ok(());
     }
     let top = match Dir::open(path) {
@@ -51,6 +49,19 @@ pub fn remove_tree(path: &Path) -> Result<()> {
         }
         r => r.ctx("rmdir", path),
     }
+}
+
+/// `path` as a whole when the OS deletes such a tree in one call (a btrfs subvolume: a cloned
+/// subtree); false when it is not one or the call failed (then it goes entry by entry).
+fn remove_container(path: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    let (Ok(parent), Ok(name)) = (Dir::open(parent), platform::cstr(name)) else {
+        return false;
+    };
+    platform::remove_tree_container_at(&parent, &name, meta.ino()).unwrap_or(false)
 }
 
 fn make_writable_by_path(p: &Path) -> Result<()> {
@@ -76,7 +87,7 @@ fn id_of(d: &Dir, p: &Path) -> Result<(u64, u64)> {
 /// Remove everything inside the directory `top` (at `path`, for messages and subvolumes).
 fn empty(top: Dir, path: &Path) -> Result<()> {
     let mut cur = top;
-    // The path of `cur`, kept for error messages (and subvolume removal while it is short).
+    // The path of `cur`, kept for error messages only (it may exceed PATH_MAX).
     let mut here: PathBuf = path.to_path_buf();
     let mut levels = vec![Level {
         name: CString::default(),
@@ -112,10 +123,8 @@ fn empty(top: Dir, path: &Path) -> Result<()> {
             continue;
         }
         let p = here.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        if ino == SUBVOL_INO
-            && p.as_os_str().len() < crate::tree::PATH_MAX
-            && platform::remove_tree_container(&p).unwrap_or(false)
-        {
+        // A btrfs subvolume (a cloned subtree) goes in one call, relative to `cur`.
+        if platform::remove_tree_container_at(&cur, &name, ino).unwrap_or(false) {
             continue;
         }
         let child = match cur.open_at(&name) {
