@@ -1,41 +1,34 @@
-//! What every service shares: the cache and stager, the action cache, the spawn wrapper, the
-//! `--jobs` semaphore, the operations and upload sessions, and the draining flag set on
-//! shutdown.
+//! What every service shares: the cache and stager, the action-cache store, the layout of
+//! the server's files, the draining flag set on shutdown, the count of background tasks, and
+//! the pending counters. What one service needs alone it owns (the execution service its
+//! operations, job slots, prespawn pool and janitor; ByteStream its uploads); the server asks
+//! the execution service how busy it is through `Activity`, so this file depends on no service.
 
 use crate::ac_store::AcStore;
-use crate::bytestream::Uploads;
-use crate::execution::apple_env::AppleEnv;
-use crate::execution::operations::Operations;
-use crate::execution::prespawn::Pool;
-use crate::execution::workdir::Janitor;
 use crate::layout::Layout;
 use clonestage_engine::stats::Counters;
 use clonestage_engine::{Cache, Digest, Stager};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Semaphore;
+
+/// How busy a service is, for shutdown's drain, idle-time eviction and the stats flush.
+pub(crate) trait Activity: Send + Sync {
+    /// Actions accepted and not answered yet.
+    fn unfinished(&self) -> usize;
+    /// Cleanups the service queued and has not done yet (work dirs waiting for removal).
+    fn cleanups_pending(&self) -> usize;
+}
 
 pub(crate) struct State {
     pub cache: Arc<Cache>,
     pub stager: Stager,
     pub layout: Layout,
     pub ac: AcStore,
-    pub spawn: PathBuf,
-    /// DEVELOPER_DIR/SDKROOT/TMPDIR for Apple actions (`execution::apple_env`).
-    pub apple: AppleEnv,
-    /// Wrappers started ahead of time (`execution::prespawn`).
-    pub prespawn: Pool,
-    pub jobs: Arc<Semaphore>,
-    pub ops: Operations,
-    pub uploads: Uploads,
-    /// `ExecutedActionMetadata.worker`.
-    pub worker: String,
+    /// The execution service's activity (`execution::ExecState`).
+    activity: Arc<dyn Activity>,
     draining: AtomicBool,
     /// Cleanup tasks still running (`background`); shutdown waits for them.
     background: AtomicUsize,
-    /// Finished actions' work dirs, removed while no action runs.
-    pub janitor: Arc<Janitor>,
     /// Counter deltas and staged roots not yet written to stats.json / access.log: requests
     /// only add to them; one background flush at a time writes what has accumulated.
     pending: Mutex<PendingStats>,
@@ -46,18 +39,6 @@ pub(crate) struct State {
 const STATS_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// How often a pending flush looks whether the actions have ended.
 const STATS_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// How many wrappers wait for actions: one per job slot, at most 2 (each is an idle process
-/// of ~1.5 MB); `CLONESTAGE_PRESPAWN=N` overrides (0: start the wrapper per action).
-fn prespawn_size(jobs: usize) -> usize {
-    match std::env::var("CLONESTAGE_PRESPAWN")
-        .ok()
-        .map(|v| v.parse::<usize>())
-    {
-        Some(Ok(n)) => n,
-        _ => jobs.clamp(1, 2),
-    }
-}
 
 /// What `State::flush_stats` writes next.
 #[derive(Default)]
@@ -73,26 +54,17 @@ impl State {
         cache: Arc<Cache>,
         layout: Layout,
         ac: AcStore,
-        spawn: PathBuf,
-        jobs: usize,
-        id: String,
         limits: clonestage_engine::stage::TreeLimits,
+        activity: Arc<dyn Activity>,
     ) -> State {
         State {
             stager: Stager::new(cache.clone()).with_limits(limits),
             cache,
             layout,
             ac,
-            prespawn: Pool::start(&spawn, prespawn_size(jobs)),
-            spawn,
-            apple: AppleEnv::for_this_host(),
-            jobs: Arc::new(Semaphore::new(jobs.max(1))),
-            ops: Operations::new(id),
-            uploads: Uploads::default(),
-            worker: format!("clonestage@{}", hostname()),
+            activity,
             draining: AtomicBool::new(false),
             background: AtomicUsize::new(0),
-            janitor: Arc::new(Janitor::default()),
             pending: Mutex::new(PendingStats::default()),
             flush_scheduled: AtomicBool::new(false),
         }
@@ -117,7 +89,7 @@ impl State {
         let state = self.clone();
         tokio::spawn(async move {
             let start = std::time::Instant::now();
-            while state.ops.unfinished() > 0 && start.elapsed() < STATS_FLUSH_EVERY {
+            while state.activity.unfinished() > 0 && start.elapsed() < STATS_FLUSH_EVERY {
                 tokio::time::sleep(STATS_IDLE_POLL).await;
             }
             let s = state.clone();
@@ -156,28 +128,14 @@ impl State {
         });
     }
 
-    /// Actions accepted and not answered yet, plus cleanups still running.
+    /// Actions accepted and not answered yet, plus cleanups still running or queued.
     pub fn busy(&self) -> usize {
-        self.ops.unfinished() + self.background.load(Ordering::SeqCst) + self.janitor.pending()
-    }
-
-    /// Start the janitor thread (it ends once the server state is gone and its queue empty).
-    pub fn start_janitor(self: &Arc<Self>) -> std::io::Result<()> {
-        let weak = Arc::downgrade(self);
-        self.janitor
-            .spawn(move || weak.upgrade().map(|s| s.ops.unfinished()))
+        self.activity.unfinished()
+            + self.background.load(Ordering::SeqCst)
+            + self.activity.cleanups_pending()
     }
 
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
