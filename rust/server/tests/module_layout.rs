@@ -359,3 +359,22 @@ fn the_checks_see_a_cycle_and_a_test_module() {
         ]
     );
 }
+
+#[test]
+fn no_function_named_just_run() {
+    // Three `run()`s (the action, the wrapper, the janitor's loop) made a reader guess which.
+    let mut paths = Vec::new();
+    rs_files(&src(), &mut paths);
+    let named_run: Vec<String> = paths
+        .iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.contains("fn run(") || text.contains("fn run<")
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        named_run.is_empty(),
+        "a function named `run` in: {named_run:?}"
+    );
+}
