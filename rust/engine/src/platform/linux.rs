@@ -137,7 +137,8 @@ pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
 }
 
 /// Delete the subvolume `name` in `parent` in one call, relative to `parent`'s fd (so at any
-/// depth). `ino` is the entry's inode number as readdir or lstat gave it: only a subvolume
+/// depth). `ino` is the entry's inode number as lstat or fstat gave it (not readdir's d_ino,
+/// which for a subvolume entry is not 256): only a subvolume
 /// root's (256) is looked at further. Ok(false) when `name` is not a btrfs subvolume root (the
 /// caller then removes it entry by entry).
 #[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
