@@ -4,7 +4,7 @@
 # build with the cargo feature; the default build, without hooks, then replaces
 # target/release/clonestage), the engine and CLI tests (the XFS/btrfs/ext4 ones on
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the unix socket, the Xcode
-# environment and zstd compression with independent clients, the static module check, the
+# environment and zstd compression with independent clients, the static layout and module checks, the
 # launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
 # (tests/cc), the end-to-end tests in tests/e2e, the team-settings workspace in tests/teamrc, the
 # adoption paths in tests/consumer and the reliability suite in tests/reliability.
@@ -62,6 +62,10 @@ mapfile -t starlark < <(git ls-files -co --exclude-standard -- '*.bzl' '*.bazel'
 if [ ${#starlark[@]} -gt 0 ]; then
     "$BUILDIFIER" -lint=warn -mode=check "${starlark[@]}"
 fi
+
+step "layout: import cycles, reach-ins between the server's services, long files, repeated names, a //! doc on every file (tests/layout)"
+python3 tests/layout/check_test.py
+python3 tests/layout/check.py
 
 step "module: static check that @clonestage loads for consumers; the BCR release archive (tests/module)"
 python3 tests/module/check.py

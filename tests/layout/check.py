@@ -23,14 +23,18 @@ Rules (issue 13, "one redesign step for the next reader"):
 2. no non-test source file over 400 lines unless its `//!` header says why,
    with a line starting `//! Long because` (tests, `tests.rs`, `tests_*.rs`,
    `tests/` and benches are exempt).
-3. no two files of the same name in one crate where a reader would confuse
-   them: names repeated across folders other than the conventional ones
-   (mod.rs, lib.rs, main.rs, tests.rs, and the per-platform linux.rs /
-   macos.rs behind one interface).
+3. no two files of the same name where a reader would confuse them, in one
+   crate or across the workspace's crates: names other than the conventional
+   ones (mod.rs, lib.rs, main.rs, tests.rs, and the per-platform linux.rs /
+   macos.rs behind one interface). The CLI's `commands/` files are named
+   after the subcommand they implement and are left out across crates.
 4. every source file starts with a `//!` doc saying what it owns.
 5. at most one non-test file of a crate defines a function named plain
    `run` (the crate's entry point, if any): three `run()`s in one request's
    path were a reader's guess which one is meant.
+6. in the server, the shared state imports no service, no service imports
+   another (the advertised limits of `capabilities` excepted), and nothing
+   borrows from `address` or `stop`, the CLI's client side.
 """
 
 import os
@@ -41,6 +45,8 @@ import tomllib
 MAX_LINES = 400
 CONVENTIONAL = {"mod.rs", "lib.rs", "main.rs", "tests.rs", "linux.rs", "macos.rs", "build.rs"}
 TOP_LEVEL_ACYCLIC = {"clonestage-server"}
+SERVER_SERVICES = {"capabilities", "cas_service", "bytestream", "action_cache_service", "execution"}
+SERVER_CLIENT_SIDE = {"address", "stop"}
 PATH_RE = re.compile(r"\b(crate|super)((?:::[a-z_][a-z0-9_]*)+)")
 
 
@@ -149,7 +155,7 @@ def find_cycles(edges):
     return out
 
 
-def check_crate(crate_dir, name):
+def check_crate(crate_dir, name, names_seen):
     problems = []
     files = crate_sources(crate_dir)
     modfile = {module_of(f): f for f in files}
@@ -173,6 +179,8 @@ def check_crate(crate_dir, name):
             base = os.path.basename(rel)
             if base not in CONVENTIONAL:
                 by_name.setdefault(base, []).append(rel)
+                if not (name == "clonestage" and rel.startswith("commands" + os.sep)):
+                    names_seen.setdefault(base, []).append(f"{name}: src/{rel}")
             mod = module_of(rel)
             code = cfg_test_blocks_removed(strip_comments(text))
             if re.search(r"\bfn\s+run\s*[<(]", code):
@@ -190,6 +198,18 @@ def check_crate(crate_dir, name):
             for w in sorted(edges[v] & members):
                 ties.append(f"src/{modfile[v]} -> src/{modfile[w]}")
         problems.append(f"{name}: import cycle among {len(comp)} modules: " + "; ".join(ties))
+    if name == "clonestage-server":
+        for v, ws in sorted(edges.items()):
+            for w in sorted(ws):
+                a, b = (v[0] if v else ""), w[0]
+                if a == b or not a:
+                    continue
+                if (
+                    (a == "state" and b in SERVER_SERVICES)
+                    or (a in SERVER_SERVICES and b in SERVER_SERVICES and b != "capabilities")
+                    or (b in SERVER_CLIENT_SIDE and a not in SERVER_CLIENT_SIDE)
+                ):
+                    problems.append(f"{name}: src/{modfile[v]} reaches into {'::'.join(w)}")
     top = {}
     if name not in TOP_LEVEL_ACYCLIC:
         return problems
@@ -215,11 +235,16 @@ def main(argv):
     with open(os.path.join(rust, "Cargo.toml"), "rb") as fh:
         members = tomllib.load(fh)["workspace"]["members"]
     problems = []
+    names_seen = {}
     for member in members:
         crate_dir = os.path.join(rust, member)
         with open(os.path.join(crate_dir, "Cargo.toml"), "rb") as fh:
             name = tomllib.load(fh)["package"]["name"]
-        problems += check_crate(crate_dir, name)
+        problems += check_crate(crate_dir, name, names_seen)
+    for base, where in sorted(names_seen.items()):
+        crates = {w.split(":")[0] for w in where}
+        if len(crates) > 1:
+            problems.append(f"{len(where)} files named {base} in different crates: " + ", ".join(where))
     for p in problems:
         print(p)
     if problems:

@@ -101,6 +101,32 @@ class LayoutCheck(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("2 files define a function named run: src/exec.rs, src/lib.rs", out)
 
+    def test_server_reach_ins_fail(self):
+        code, out = run({"a": ("clonestage-server", {
+            "lib.rs": DOC,
+            "state.rs": DOC + "use crate::execution::prespawn::Pool;\n",
+            "execution/mod.rs": DOC + "mod prespawn;\nuse crate::address::tcp_port_text;\nuse crate::capabilities::MAX;\n",
+            "execution/prespawn.rs": DOC,
+            "cas_service.rs": DOC + "use crate::bytestream::zstd;\n",
+            "bytestream/mod.rs": DOC + "pub mod zstd;\n", "bytestream/zstd.rs": DOC,
+            "address.rs": DOC, "capabilities.rs": DOC,
+        })})
+        self.assertEqual(code, 1)
+        self.assertIn("src/state.rs reaches into execution::prespawn", out)
+        self.assertIn("src/execution/mod.rs reaches into address", out)
+        self.assertIn("src/cas_service.rs reaches into bytestream::zstd", out)
+        self.assertNotIn("capabilities", out)
+
+    def test_names_repeated_across_crates_fail_but_cli_commands(self):
+        code, out = run({
+            "engine": ("clonestage-engine", {"lib.rs": DOC, "platform/lock.rs": DOC, "stats.rs": DOC}),
+            "server": ("clonestage-server", {"lib.rs": DOC, "lock.rs": DOC}),
+            "cli": ("clonestage", {"main.rs": DOC, "commands/stats.rs": DOC}),
+        })
+        self.assertEqual(code, 1)
+        self.assertIn("2 files named lock.rs in different crates", out)
+        self.assertNotIn("stats.rs", out)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -48,7 +48,7 @@
 //! Files, in the order a run passes through them: `args.rs` (arguments, `--shape`),
 //! `machine.rs` (the header's machine and filesystem), `shapes.rs` (the generated trees),
 //! `caches.rs` (ingest, the three caches), `interleaved.rs` (one shape: units, warm-up,
-//! rotating repetitions) or `sweep.rs` (`--parallel-sweep`), `timing.rs` (one timed run into
+//! rotating repetitions) or `thread_sweep.rs` (`--parallel-sweep`), `timing.rs` (one timed run into
 //! its row), `raw.rs` with `fdops.rs` and `cas_source.rs` (the raw baselines), `load.rs` (the
 //! background write load), `row.rs` and `report.rs` (the table and the JSON lines).
 
@@ -63,7 +63,7 @@ mod raw;
 mod report;
 mod row;
 mod shapes;
-mod sweep;
+mod thread_sweep;
 mod timing;
 
 pub use args::{BenchArgs, Loaded};
@@ -145,7 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let dir = env.work.join(shape.name);
         std::fs::create_dir(&dir)?;
         let rows = if args.parallel_sweep {
-            sweep::sweep_shape(args, &env, &shape, &dir)
+            thread_sweep::sweep_shape(args, &env, &shape, &dir)
         } else {
             interleaved::bench_shape(args, &env, &shape, &dir)
         }

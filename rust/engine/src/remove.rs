@@ -1,6 +1,7 @@
 //! Removing staged roots, work dirs and cache trees of any depth: read-only directories (0o555)
 //! are made writable when an unlink in them is refused, symlinks are removed, never followed,
-//! and btrfs subvolumes are deleted in one call.
+//! and btrfs subvolumes are deleted in one call (relative to their parent's fd, at any depth).
+//! This is the one tree remover: the stager's, the cache's and the server's work dirs use it.
 //!
 //! Nothing recurses and no path is walked below the top: a tree a client shaped (or a killed
 //! server left) can be thousands of levels deep, longer than PATH_MAX. The walk keeps one
@@ -16,9 +17,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// The root inode of every btrfs subvolume (a cloned subtree): tried as a whole first.
-const SUBVOL_INO: u64 = 256;
-
 /// Remove `path` and everything below it. A missing path is not an error.
 pub fn remove_tree(path: &Path) -> Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
@@ -29,7 +27,7 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     if !meta.is_dir() {
         return std::fs::remove_file(path).ctx("unlink", path);
     }
-    if platform::remove_tree_container(path).unwrap_or(false) {
+    if remove_container(path, &meta) {
         return Ok(());
     }
     let top = match Dir::open(path) {
@@ -53,6 +51,19 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     }
 }
 
+/// `path` as a whole when the OS deletes such a tree in one call (a btrfs subvolume: a cloned
+/// subtree); false when it is not one or the call failed (then it goes entry by entry).
+fn remove_container(path: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    let (Ok(parent), Ok(name)) = (Dir::open(parent), platform::cstr(name)) else {
+        return false;
+    };
+    platform::remove_tree_container_at(&parent, &name, meta.ino()).unwrap_or(false)
+}
+
 fn make_writable_by_path(p: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).ctx("chmod", p)
@@ -62,7 +73,7 @@ fn make_writable_by_path(p: &Path) -> Result<()> {
 struct Level {
     name: CString,
     id: (u64, u64),
-    todo: Vec<(CString, bool, u64)>,
+    todo: Vec<(CString, bool)>,
     /// Made writable already (after an unlink in it was refused).
     writable: bool,
 }
@@ -76,7 +87,7 @@ fn id_of(d: &Dir, p: &Path) -> Result<(u64, u64)> {
 /// Remove everything inside the directory `top` (at `path`, for messages and subvolumes).
 fn empty(top: Dir, path: &Path) -> Result<()> {
     let mut cur = top;
-    // The path of `cur`, kept for error messages (and subvolume removal while it is short).
+    // The path of `cur`, kept for error messages only (it may exceed PATH_MAX).
     let mut here: PathBuf = path.to_path_buf();
     let mut levels = vec![Level {
         name: CString::default(),
@@ -86,7 +97,7 @@ fn empty(top: Dir, path: &Path) -> Result<()> {
     }];
     loop {
         let level = levels.last_mut().expect("the top level stays");
-        let Some((name, is_dir, ino)) = level.todo.pop() else {
+        let Some((name, is_dir)) = level.todo.pop() else {
             if levels.len() == 1 {
                 return Ok(());
             }
@@ -112,12 +123,6 @@ fn empty(top: Dir, path: &Path) -> Result<()> {
             continue;
         }
         let p = here.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        if ino == SUBVOL_INO
-            && p.as_os_str().len() < crate::tree::PATH_MAX
-            && platform::remove_tree_container(&p).unwrap_or(false)
-        {
-            continue;
-        }
         let child = match cur.open_at(&name) {
             Ok(c) => c,
             Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
@@ -130,10 +135,16 @@ fn empty(top: Dir, path: &Path) -> Result<()> {
             }
             Err(e) => return Err(Error::io("open", &p, e)),
         };
+        let id = id_of(&child, &p)?;
+        // A btrfs subvolume (a cloned subtree) goes in one call, relative to `cur`. By the
+        // inode fstat gives: readdir's d_ino of a subvolume entry is not its root's 256.
+        if platform::remove_tree_container_at(&cur, &name, id.1).unwrap_or(false) {
+            continue;
+        }
         let todo = list(&child).ctx("readdir", &p)?;
         levels.push(Level {
             name,
-            id: id_of(&child, &p)?,
+            id,
             todo,
             writable: false,
         });
@@ -166,10 +177,9 @@ fn unlink(
     }
 }
 
-/// The entries of `dir` (not `.`/`..`): name, whether a directory (never a symlink to one),
-/// inode. A listing cut short by an error shows up as ENOTEMPTY when the directory is removed.
-#[allow(clippy::unnecessary_cast)] // d_ino differs in type between platforms
-fn list(dir: &Dir) -> std::io::Result<Vec<(CString, bool, u64)>> {
+/// The entries of `dir` (not `.`/`..`): name, and whether a directory (never a symlink to
+/// one). A listing cut short by an error shows up as ENOTEMPTY when the directory is removed.
+fn list(dir: &Dir) -> std::io::Result<Vec<(CString, bool)>> {
     let fd = unsafe { libc::dup(dir.as_raw_fd()) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
@@ -207,7 +217,7 @@ fn list(dir: &Dir) -> std::io::Result<Vec<(CString, bool, u64)>> {
                 .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)?,
             _ => false,
         };
-        out.push((name.to_owned(), is_dir, ent.d_ino as u64));
+        out.push((name.to_owned(), is_dir));
     }
 }
 
@@ -248,5 +258,36 @@ mod tests {
         assert!(outside.join("keep").exists(), "a symlink was followed");
         // Missing is fine.
         remove_tree(&top).unwrap();
+    }
+
+    /// A btrfs subvolume (what a cloned subtree is) nested deeper than PATH_MAX, read-only
+    /// with a read-only parent, goes too: its one-call removal is relative to its parent's fd.
+    #[test]
+    fn removes_a_btrfs_subvolume_deeper_than_any_path() {
+        let Some(base) = std::env::var_os("CLONESTAGE_TEST_BTRFS").filter(|v| !v.is_empty()) else {
+            assert_ne!(
+                std::env::var("CLONESTAGE_REQUIRE_FS").as_deref(),
+                Ok("1"),
+                "CLONESTAGE_TEST_BTRFS is not set but CLONESTAGE_REQUIRE_FS=1"
+            );
+            eprintln!("SKIP: CLONESTAGE_TEST_BTRFS not set (run .ci/mount-cow.sh as root)");
+            return;
+        };
+        let t = tempfile::tempdir_in(base).unwrap();
+        let top = t.path().join("top");
+        std::fs::create_dir(&top).unwrap();
+        let mut cur = Dir::open(&top).unwrap();
+        for _ in 0..2_100 {
+            cur = cur.mkdir_at(c"a", 0o755).unwrap();
+        }
+        platform::new_tree_container(&cur, c"sv").unwrap();
+        let sv = cur.open_at(c"sv").unwrap();
+        assert_eq!(sv.stat().unwrap().st_ino, 256, "not a subvolume root");
+        sv.create_file(c"f", 0o444).unwrap();
+        sv.mkdir_at(c"d", 0o555).unwrap();
+        sv.chmod(0o555).unwrap();
+        cur.chmod(0o555).unwrap();
+        remove_tree(&top).unwrap();
+        assert!(!top.exists());
     }
 }

@@ -4,7 +4,7 @@
 //! it names (output files, output trees and the files inside them, stdout, stderr) is still in
 //! the CAS; an entry that lost a blob to eviction reads as absent (and is removed).
 
-use crate::status::Failure;
+use crate::failure::Failure;
 use bazel_remote_apis::build::bazel::remote::execution::v2::{ActionResult, Tree};
 use clonestage_engine::{Cache, Digest};
 use prost::Message;
@@ -42,7 +42,7 @@ impl AcStore {
         let bytes = match std::fs::read(&p) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Failure::Internal(format!("read {}: {e}", p.display()))),
+            Err(e) => return Err(Failure::io("read", &p, e)),
         };
         let r = match ActionResult::decode(bytes.as_slice()) {
             Ok(r) => r,
@@ -129,4 +129,25 @@ pub(crate) fn first_missing_blob(cache: &Cache, r: &ActionResult) -> Option<Dige
         }
     }
     None
+}
+
+/// Fill `stdout_raw`/`stderr_raw` of a result when asked (both the ActionCache and the
+/// Execution service answer with results) (inline output files are not inlined: optional).
+pub(crate) fn inline_std(cache: &Cache, r: &mut ActionResult, stdout: bool, stderr: bool) {
+    let read = |d: &Option<bazel_remote_apis::build::bazel::remote::execution::v2::Digest>| {
+        d.as_ref()
+            .and_then(|d| clonestage_engine::Digest::from_proto(d).ok())
+            .filter(|d| d.size <= 1024 * 1024)
+            .and_then(|d| cache.read(&d).ok().flatten())
+    };
+    if stdout {
+        if let Some(b) = read(&r.stdout_digest) {
+            r.stdout_raw = b;
+        }
+    }
+    if stderr {
+        if let Some(b) = read(&r.stderr_digest) {
+            r.stderr_raw = b;
+        }
+    }
 }

@@ -8,7 +8,7 @@
 //! another process.
 
 use crate::layout::Layout;
-use crate::lock::ServerLock;
+use crate::server_lock::ServerLock;
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -55,7 +55,7 @@ pub fn running(cache_dir: &Path) -> Result<Option<RunningServer>> {
     };
     let tcp_port = std::fs::read_to_string(layout.tcp_port())
         .ok()
-        .and_then(|t| parse_tcp_port(&t))
+        .and_then(|t| crate::layout::parse_tcp_port(&t))
         .and_then(|(port, writer)| (writer == pid).then_some(port));
     let version = std::fs::read_to_string(layout.version())
         .ok()
@@ -141,24 +141,12 @@ fn ready(cache_dir: &Path) -> Result<(Layout, u16)> {
     let Ok(text) = std::fs::read_to_string(layout.tcp_port()) else {
         return Err(starting());
     };
-    let (port, writer) = parse_tcp_port(&text)
+    let (port, writer) = crate::layout::parse_tcp_port(&text)
         .with_context(|| format!("{}: not \"<port>\\n<pid>\"", layout.tcp_port().display()))?;
     if writer != pid {
         return Err(starting());
     }
     Ok((layout, port))
-}
-
-/// What the server writes into `tcp-port` once it is ready.
-pub(crate) fn tcp_port_text(port: u16) -> String {
-    format!("{port}\n{}\n", std::process::id())
-}
-
-fn parse_tcp_port(text: &str) -> Option<(u16, i32)> {
-    let mut lines = text.lines();
-    let port = lines.next()?.trim().parse().ok()?;
-    let pid = lines.next()?.trim().parse().ok()?;
-    Some((port, pid))
 }
 
 #[cfg(test)]
@@ -180,7 +168,7 @@ mod tests {
         assert!(err.contains("still starting"), "{err}");
         assert!(tcp_bazelrc(dir.path()).is_err());
 
-        std::fs::write(layout.tcp_port(), tcp_port_text(40002)).unwrap();
+        std::fs::write(layout.tcp_port(), crate::layout::tcp_port_text(40002)).unwrap();
         let flags = address(dir.path(), AddressForm::Tcp).unwrap();
         assert_eq!(flags, ["--remote_executor=grpc://127.0.0.1:40002"]);
 
@@ -200,7 +188,7 @@ mod tests {
             "no server: nothing to restart"
         );
         let _lock = ServerLock::acquire(&layout.lock()).unwrap();
-        std::fs::write(layout.tcp_port(), tcp_port_text(40005)).unwrap();
+        std::fs::write(layout.tcp_port(), crate::layout::tcp_port_text(40005)).unwrap();
         let err = check_same_version(dir.path()).unwrap_err();
         assert_eq!(err.server, None, "no version file: another (older) server");
         std::fs::write(layout.version(), "0.0.9\n").unwrap();
@@ -222,7 +210,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         std::fs::create_dir_all(layout.server_dir()).unwrap();
-        std::fs::write(layout.tcp_port(), tcp_port_text(40004)).unwrap();
+        std::fs::write(layout.tcp_port(), crate::layout::tcp_port_text(40004)).unwrap();
         let err = address(dir.path(), AddressForm::Unix)
             .unwrap_err()
             .to_string();

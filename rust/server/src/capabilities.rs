@@ -1,5 +1,5 @@
 //! Capabilities: what this server tells clients it does. SHA-256 only (`digest_functions`,
-//! v2.3; requests naming another function are refused, see `status::check_digest_function`),
+//! v2.3; requests naming another function are refused, see `failure::check_digest_function`),
 //! zstd for ByteStream `compressed-blobs` and batch calls (Bazel 7+ `--remote_cache_compression`
 //! checks `supported_compressors`), execution enabled,
 //! action cache updates allowed, batch limits, symlinks with relative targets only (inputs with

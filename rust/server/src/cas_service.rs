@@ -4,10 +4,10 @@
 //! lists it in `acceptable_compressors`) and GetTree, all over the engine's cache. The chunking RPCs (SplitBlob, SpliceBlob, ...) are
 //! not offered: Capabilities does not advertise them.
 
-use crate::bytestream::zstd;
 use crate::capabilities::MAX_BATCH_TOTAL_SIZE;
+use crate::failure::{blocking, check_digest_function, digest_arg, Failure};
 use crate::state::State;
-use crate::status::{blocking, check_digest_function, digest_arg, Failure};
+use crate::zstd;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::rpc;
 use clonestage_engine::{tree, Digest};

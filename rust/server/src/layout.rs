@@ -76,3 +76,16 @@ impl Layout {
         self.cache.join("ac")
     }
 }
+
+/// What the server writes into `tcp-port` once it is ready.
+pub(crate) fn tcp_port_text(port: u16) -> String {
+    format!("{port}\n{}\n", std::process::id())
+}
+
+/// The port and writer pid in a `tcp-port` file's text.
+pub(crate) fn parse_tcp_port(text: &str) -> Option<(u16, i32)> {
+    let mut lines = text.lines();
+    let port = lines.next()?.trim().parse().ok()?;
+    let pid = lines.next()?.trim().parse().ok()?;
+    Some((port, pid))
+}

@@ -3,14 +3,17 @@
 //! loopback TCP port, running each action in a root staged by the engine through the
 //! `clonestage-spawn` wrapper. Issue 3 is the spec.
 //!
-//! Layout: `server` (start/stop, signals), `listen`, `auth`, `lock`, `layout` (files in the
-//! cache), `address` (`clonestage address`), one module per service (`capabilities`,
-//! `cas_service`, `bytestream`, `action_cache` over `ac_store`, `execution`), `status` (how
-//! failures reach clients), `stats` (server counters in stats.json), `eviction` (the cache's
-//! size limit).
+//! Layout: `server` (start/stop, signals), `state` (what the services share), `listen`,
+//! `auth`, `lock`, `layout` (files in the cache), `address` (`clonestage address`), one module
+//! per service, each owning what only it uses (`capabilities`, `cas_service`, `bytestream`,
+//! `action_cache_service` over `ac_store`, `execution`), `failure` (how failures reach
+//! clients), `server_counters` (server counters in stats.json), `zstd` (the codec of
+//! ByteStream and the CAS batch calls), `eviction` (the cache's size limit). README.md draws
+//! an Execute's path through them.
 
 mod ac_store;
-mod action_cache;
+mod action_cache_service;
+mod activity;
 mod address;
 mod auth;
 mod bytestream;
@@ -18,24 +21,25 @@ mod capabilities;
 mod cas_service;
 mod eviction;
 mod execution;
+mod failure;
 mod layout;
 mod ledger_flush;
 mod listen;
-mod lock;
 mod rpc_timing;
 mod server;
+mod server_counters;
+mod server_lock;
 mod state;
-mod stats;
-mod status;
 mod stop;
+mod zstd;
 
 pub use address::{check_same_version, running, RunningServer, VersionMismatch};
 pub use auth::TOKEN_HEADER;
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
+pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
 pub use server::{start, ServerHandle, DRAIN_GRACE};
-pub use stats::{stage_percentiles, STAGE_BUCKETS_US};
-pub use status::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
+pub use server_counters::{stage_percentiles, STAGE_BUCKETS_US};
 pub use stop::{stop, Stopped};
 
 use std::path::{Path, PathBuf};

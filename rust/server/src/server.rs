@@ -11,16 +11,16 @@
 //! and `tcp.bazelrc` are removed and the lock released last.
 
 use crate::ac_store::AcStore;
-use crate::action_cache::ActionCacheService;
+use crate::action_cache_service::ActionCacheService;
 use crate::auth::{self, TokenCheck};
 use crate::bytestream::ByteStreamService;
 use crate::capabilities::{CapabilitiesService, MAX_MESSAGE_SIZE};
 use crate::cas_service::CasService;
-use crate::execution::{spawn, workdir, ExecutionService};
+use crate::execution::{spawn, workdir, ExecState, ExecutionService};
 use crate::layout::Layout;
 use crate::listen;
-use crate::lock::ServerLock;
 use crate::rpc_timing::RpcTimingLayer;
+use crate::server_lock::ServerLock;
 use crate::state::State;
 use crate::ServeOptions;
 use anyhow::{Context, Result};
@@ -45,6 +45,8 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// runtime ends.
 pub struct ServerHandle {
     state: Arc<State>,
+    /// The execution service's own state: shutdown stops its janitor, pool and operations.
+    exec: Arc<ExecState>,
     layout: Layout,
     tcp_port: u16,
     token: String,
@@ -54,7 +56,7 @@ pub struct ServerHandle {
     evict: crate::eviction::Limits,
 }
 
-fn routes(state: &Arc<State>) -> Routes {
+fn routes(state: &Arc<State>, exec: &Arc<ExecState>) -> Routes {
     macro_rules! svc {
         ($server:ty, $inner:expr) => {
             <$server>::new($inner)
@@ -76,7 +78,8 @@ fn routes(state: &Arc<State>) -> Routes {
     .add_service(svc!(
         ByteStreamServer<_>,
         ByteStreamService {
-            state: state.clone()
+            state: state.clone(),
+            uploads: Default::default(),
         }
     ))
     .add_service(svc!(
@@ -88,7 +91,8 @@ fn routes(state: &Arc<State>) -> Routes {
     .add_service(svc!(
         pb::execution_server::ExecutionServer<_>,
         ExecutionService {
-            state: state.clone()
+            state: state.clone(),
+            exec: exec.clone(),
         }
     ));
     b.routes()
@@ -147,26 +151,23 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     auth::write_bazelrc(&layout.tcp_bazelrc(), &layout.cache, tcp_port, &token)?;
 
     let id = auth::random_hex(4)?;
+    let exec = Arc::new(ExecState::new(spawn.clone(), opts.jobs, id));
     let state = Arc::new(State::new(
         cache,
         layout.clone(),
         ac,
-        spawn.clone(),
-        opts.jobs,
-        id,
         opts.limits,
+        exec.clone(),
     ));
-    state
-        .start_janitor()
-        .context("start the work-dir janitor")?;
-    crate::ledger_flush::start(&state);
+    exec.start_janitor().context("start the work-dir janitor")?;
+    state.ledger_flush.start();
     let evict = crate::eviction::Limits::new(
         opts.max_size
             .unwrap_or_else(|| crate::eviction::default_max_size(&layout.cache)),
         opts.evict_every.unwrap_or(crate::eviction::DEFAULT_EVERY),
     );
     crate::eviction::start(&state, evict).context("start the eviction thread")?;
-    let routes = routes(&state);
+    let routes = routes(&state, &exec);
     let (stop, stop_rx) = watch::channel(false);
     let unix_server = builder()
         .add_routes(routes.clone())
@@ -180,7 +181,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         );
     let tasks = vec![tokio::spawn(unix_server), tokio::spawn(tcp_server)];
 
-    write_atomically(&layout.tcp_port(), &crate::address::tcp_port_text(tcp_port))?;
+    write_atomically(&layout.tcp_port(), &crate::layout::tcp_port_text(tcp_port))?;
     tracing::info!(
         cache = %layout.cache.display(),
         socket = %layout.socket().display(),
@@ -191,6 +192,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     );
     Ok(ServerHandle {
         state,
+        exec,
         layout,
         tcp_port,
         token,
@@ -231,13 +233,13 @@ impl ServerHandle {
     /// Stop as described in the module doc. `force` resolving (e.g. a second SIGINT) cancels
     /// running actions at once.
     pub async fn shutdown(self, grace: Duration, force: impl Future<Output = ()>) -> Result<()> {
-        let state = self.state.clone();
+        let (state, exec) = (self.state.clone(), self.exec.clone());
         state.start_draining();
-        state.janitor.hurry();
-        state.prespawn.close();
+        exec.janitor.hurry();
+        exec.prespawn.close();
         let _ = self.stop.send(true);
         tracing::info!(
-            running = state.ops.unfinished(),
+            running = exec.ops.unfinished(),
             "shutting down: no new connections or actions"
         );
         let drained = async {
@@ -250,12 +252,12 @@ impl ServerHandle {
             _ = drained => {}
             _ = force => tracing::info!("second signal: cancelling running actions"),
         }
-        if state.ops.unfinished() > 0 {
+        if exec.ops.unfinished() > 0 {
             tracing::warn!(
-                running = state.ops.unfinished(),
+                running = exec.ops.unfinished(),
                 "cancelling actions still running"
             );
-            state.ops.cancel_all("the server is shutting down");
+            exec.ops.cancel_all("the server is shutting down");
             let deadline = Instant::now() + Duration::from_secs(spawn::KILL_DELAY_SECS as u64 + 5);
             while state.busy() > 0 && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -271,12 +273,12 @@ impl ServerHandle {
         let _ = std::fs::remove_file(self.layout.tcp_port());
         let _ = std::fs::remove_file(self.layout.tcp_bazelrc());
         let _ = std::fs::remove_file(self.layout.socket());
-        let s = state.clone();
-        let _ =
-            tokio::task::spawn_blocking(move || s.prespawn.close_and_wait(Duration::from_secs(5)))
-                .await;
+        let _ = tokio::task::spawn_blocking(move || {
+            exec.prespawn.close_and_wait(Duration::from_secs(5))
+        })
+        .await;
         // Whatever the last actions added, written before the next server can start.
-        crate::ledger_flush::flush_now(&state).await;
+        state.ledger_flush.flush_now().await;
         drop(self.lock);
         tracing::info!("clonestage server stopped");
         Ok(())

@@ -3,7 +3,7 @@
 //! is free, which is when the cache is no longer served.
 
 use crate::layout::Layout;
-use crate::lock::ServerLock;
+use crate::server_lock::ServerLock;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -149,6 +149,29 @@ async fn runs_a_command_and_collects_every_kind_of_output() {
         let b = &tree.children[0].files[0];
         assert!(b.is_executable);
         assert_eq!(c.read_proto(b.digest.as_ref().unwrap()).await, b"b\n");
+        // The server builds the Tree from the Directory messages its ingest wrote: every one is
+        // in the CAS, and the Tree is byte for byte the one read back from there (root first,
+        // then breadth-first, each distinct directory once).
+        let root_d = Digest::of_bytes(&top.encode_to_vec()).to_proto();
+        let mut queue = std::collections::VecDeque::from([root_d]);
+        let (mut seen, mut dirs) = (std::collections::HashSet::new(), Vec::new());
+        while let Some(d) = queue.pop_front() {
+            if !seen.insert(d.hash.clone()) {
+                continue;
+            }
+            let dir = pb::Directory::decode(c.read_proto(&d).await.as_slice()).unwrap();
+            queue.extend(dir.directories.iter().map(|n| n.digest.clone().unwrap()));
+            dirs.push(dir);
+        }
+        let mut dirs = dirs.into_iter();
+        let read_back = pb::Tree {
+            root: dirs.next(),
+            children: dirs.collect(),
+        };
+        assert_eq!(
+            Some(Digest::of_bytes(&read_back.encode_to_vec()).to_proto()),
+            od.tree_digest
+        );
 
         // Timestamps in order and the staging figures for Bazel's logs.
         let m = r.execution_metadata.as_ref().unwrap();

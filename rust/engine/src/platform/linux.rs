@@ -136,24 +136,28 @@ pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
     )
 }
 
-/// Delete a subvolume in one call. Returns Ok(false) if `path` is not a subvolume root
-/// (the caller then removes it entry by entry).
-pub fn remove_tree_container(path: &Path) -> io::Result<bool> {
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+/// Delete the subvolume `name` in `parent` in one call, relative to `parent`'s fd (so at any
+/// depth). `ino` is the entry's inode number as lstat or fstat gave it (not readdir's d_ino,
+/// which for a subvolume entry is not 256): only a subvolume
+/// root's (256) is looked at further. Ok(false) when `name` is not a btrfs subvolume root (the
+/// caller then removes it entry by entry).
+#[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
+pub fn remove_tree_container_at(parent: &Dir, name: &CStr, ino: u64) -> io::Result<bool> {
+    if ino != BTRFS_SUBVOL_INO {
+        return Ok(false);
+    }
+    let Ok(d) = parent.open_at(name) else {
         return Ok(false);
     };
-    let d = match Dir::open(path) {
-        Ok(d) => d,
-        Err(_) => return Ok(false),
-    };
-    if d.stat()?.st_ino != BTRFS_SUBVOL_INO || !is_btrfs(path) {
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::fstatfs(d.as_raw_fd(), &mut sf) })?;
+    if d.stat()?.st_ino != BTRFS_SUBVOL_INO || sf.f_type as i64 != BTRFS_SUPER_MAGIC {
         return Ok(false);
     }
     drop(d);
-    let parent = Dir::open(parent)?;
-    let args = vol_args(0, &cstr(name)?)?;
+    let args = vol_args(0, name)?;
     ioctl(
-        &parent,
+        parent,
         BTRFS_IOC_SNAP_DESTROY,
         &*args as *const _ as *const libc::c_void,
     )?;

@@ -86,7 +86,7 @@ pub fn clone_tree(src: &Path, dst_parent: &Dir, name: &CStr) -> io::Result<()> {
 }
 
 /// APFS has no one-call tree delete; the caller removes entries one by one.
-pub fn remove_tree_container(_path: &Path) -> io::Result<bool> {
+pub fn remove_tree_container_at(_parent: &Dir, _name: &CStr, _ino: u64) -> io::Result<bool> {
     Ok(false)
 }
 

@@ -12,7 +12,8 @@
 //! - `new_tree_container(parent, name)`: a directory that `clone_tree` can clone later
 //!   (a btrfs subvolume; a plain directory on APFS).
 //! - `clone_tree(src, dst_parent, name)`: clone a whole directory tree in one call.
-//! - `remove_tree_container(path)`: delete a tree made by the two above in one call if the OS can.
+//! - `remove_tree_container_at(parent, name, ino)`: delete a tree made by the two above in one
+//!   call if the OS can, relative to its parent's fd.
 //! - `rename_noreplace_at(from_dir, from, to_dir, to)`: atomic rename that fails with EEXIST
 //!   instead of replacing (`rename_noreplace` below is its path form).
 
@@ -32,7 +33,7 @@ mod imp;
 
 pub use imp::{
     clone_file, clone_file_at, clone_tree, filesystem_name, new_tree_container,
-    remove_tree_container, rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
+    remove_tree_container_at, rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
 };
 
 use std::io;

@@ -1,5 +1,8 @@
 //! `ingest`: put a local file or directory tree into the cache and return its digest (a file's
-//! blob digest, or the root Directory digest for a tree). Files are cloned into the cache where
+//! blob digest, or the root Directory digest for a tree); `ingest_tree` also returns the
+//! Directory messages it wrote, so a caller that needs the REAPI `Tree` (the server, for an
+//! output directory) builds it in memory instead of reading them back from the CAS.
+//! Files are cloned into the cache where
 //! the filesystem allows, else copied; symlinks are recorded, never followed. Directories
 //! nested deeper than `MAX_INGEST_DEPTH` are refused (an action's output can be any shape; the
 //! walk recurses, and must not run out of a 2 MiB thread's stack).
@@ -8,6 +11,7 @@ use super::{put_directory, Directory, DirectoryNode, FileNode, SymlinkNode};
 use crate::cas::{Cache, PutFile};
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -24,6 +28,53 @@ pub struct IngestOptions {
 /// Levels of directories below the top that `ingest_path` follows (the stager's default).
 pub const MAX_INGEST_DEPTH: u32 = crate::stage::TreeLimits::DEFAULT_MAX_DEPTH;
 
+/// A directory tree put into the cache: its root digest and every Directory message written.
+#[derive(Debug, Clone)]
+pub struct IngestedTree {
+    pub root: Digest,
+    dirs: HashMap<Digest, Directory>,
+}
+
+impl IngestedTree {
+    /// The tree's Directory messages in the order `get_tree` reads them from the CAS: the root
+    /// first, then breadth-first, each distinct directory once (what a REAPI `Tree` holds).
+    pub fn directories(&self) -> Vec<Directory> {
+        let mut out = Vec::with_capacity(self.dirs.len());
+        let mut seen = HashSet::new();
+        let mut queue = VecDeque::from([self.root]);
+        while let Some(d) = queue.pop_front() {
+            if !seen.insert(d) {
+                continue;
+            }
+            // Every directory below the root was ingested, so each digest is in the map.
+            let Some(dir) = self.dirs.get(&d) else {
+                continue;
+            };
+            for sub in &dir.directories {
+                if let Some(sd) = sub.digest.as_ref().and_then(|p| Digest::from_proto(p).ok()) {
+                    queue.push_back(sd);
+                }
+            }
+            out.push(dir.clone());
+        }
+        out
+    }
+}
+
+/// Put the directory tree at `path` into the cache, keeping the Directory messages written.
+pub fn ingest_tree(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<IngestedTree> {
+    let meta = std::fs::symlink_metadata(path).ctx("lstat", path)?;
+    if !meta.is_dir() {
+        return Err(Error::InvalidArgument(format!(
+            "{}: not a directory",
+            path.display()
+        )));
+    }
+    let mut dirs = HashMap::new();
+    let root = ingest_dir(cache, path, opts, 0, &mut dirs)?;
+    Ok(IngestedTree { root, dirs })
+}
+
 pub fn ingest_path(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest> {
     let meta = std::fs::symlink_metadata(path).ctx("lstat", path)?;
     if meta.is_file() {
@@ -35,10 +86,17 @@ pub fn ingest_path(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Di
             path.display()
         )));
     }
-    ingest_dir(cache, path, opts, 0)
+    ingest_dir(cache, path, opts, 0, &mut HashMap::new())
 }
 
-fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions, depth: u32) -> Result<Digest> {
+/// Ingest one directory (and, first, those below it); every Directory written goes into `out`.
+fn ingest_dir(
+    cache: &Cache,
+    path: &Path,
+    opts: IngestOptions,
+    depth: u32,
+    out: &mut HashMap<Digest, Directory>,
+) -> Result<Digest> {
     if depth > MAX_INGEST_DEPTH {
         return Err(Error::InvalidArgument(format!(
             "{}: directories nested more than {MAX_INGEST_DEPTH} levels deep",
@@ -74,7 +132,7 @@ fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions, depth: u32) -> Re
                 node_properties: None,
             });
         } else if ft.is_dir() {
-            let d = ingest_dir(cache, &p, opts, depth + 1)?;
+            let d = ingest_dir(cache, &p, opts, depth + 1, out)?;
             dir.directories.push(DirectoryNode {
                 name,
                 digest: Some(d.to_proto()),
@@ -95,7 +153,9 @@ fn ingest_dir(cache: &Cache, path: &Path, opts: IngestOptions, depth: u32) -> Re
             )));
         }
     }
-    put_directory(cache, &dir)
+    let d = put_directory(cache, &dir)?;
+    out.insert(d, dir);
+    Ok(d)
 }
 
 fn put_mode(opts: IngestOptions) -> PutFile {
@@ -109,6 +169,35 @@ fn put_mode(opts: IngestOptions) -> PutFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Directory messages kept by `ingest_tree` are the ones `get_tree` reads back from
+    /// the CAS, in the same order, byte for byte: a tree with a repeated subdirectory (stored
+    /// once), nesting, an empty directory, executables and a symlink.
+    #[test]
+    fn ingest_tree_keeps_what_get_tree_reads_back() {
+        let t = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&t.path().join("cache")).unwrap();
+        let top = t.path().join("top");
+        for sub in ["a/x", "b/x", "c/deep/er", "empty"] {
+            std::fs::create_dir_all(top.join(sub)).unwrap();
+        }
+        for f in ["a/x/f", "b/x/f", "c/deep/er/g", "c/h"] {
+            std::fs::write(top.join(f), f.len().to_string()).unwrap();
+        }
+        std::fs::set_permissions(top.join("c/h"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("../a", top.join("c/link")).unwrap();
+        let ingested = ingest_tree(&cache, &top, IngestOptions::default()).unwrap();
+        let from_cas = super::super::get_tree(&cache, &ingested.root).unwrap();
+        let mine = ingested.directories();
+        assert!(from_cas.len() >= 6, "{from_cas:?}");
+        assert_eq!(mine, from_cas);
+        let bytes = |v: &[Directory]| v.iter().map(super::super::encode).collect::<Vec<_>>();
+        assert_eq!(bytes(&mine), bytes(&from_cas));
+        assert_eq!(
+            ingested.root,
+            ingest_path(&cache, &top, IngestOptions::default()).unwrap()
+        );
+    }
 
     /// Outputs are ingested on the server's 2 MiB blocking threads: the deepest accepted tree
     /// must fit, and one level more is refused, not a stack overflow.

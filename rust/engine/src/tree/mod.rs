@@ -7,7 +7,7 @@ mod ingest;
 mod validate;
 pub mod walk;
 
-pub use ingest::{ingest_path, IngestOptions, MAX_INGEST_DEPTH};
+pub use ingest::{ingest_path, ingest_tree, IngestOptions, IngestedTree, MAX_INGEST_DEPTH};
 pub use validate::{
     check_output_path, validate_directory, validate_name, SymlinkPolicy, NAME_MAX, PATH_MAX,
 };

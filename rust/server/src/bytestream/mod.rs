@@ -4,7 +4,7 @@
 //! the full size (-1 for a compressed upload), as REAPI says, so the client stops sending.
 //!
 //! zstd `compressed-blobs` (REAPI; Bazel 7+ `--remote_cache_compression`): a compressed Write
-//! is decompressed as it streams in (`zstd`), bounded by the digest's size, and verified like
+//! is decompressed as it streams in (`crate::zstd`), bounded by the digest's size, and verified like
 //! any other; its offsets and committed sizes count compressed bytes from 0, which is what
 //! Bazel's uploader sends, expects back (`committed_size` == compressed bytes sent, or -1) and
 //! resumes at. A compressed Read is compressed on the fly from `read_offset`, an offset into
@@ -12,14 +12,14 @@
 
 mod resource;
 mod uploads;
-pub(crate) mod zstd;
 
 pub(crate) use uploads::Uploads;
 
 use resource::Encoding;
 
+use crate::failure::{blocking, Failure};
 use crate::state::State;
-use crate::status::{blocking, Failure};
+use crate::zstd;
 use bazel_remote_apis::google::bytestream as bs;
 use bs::byte_stream_server::ByteStream;
 use std::io::{Read, Seek, SeekFrom};
@@ -93,6 +93,8 @@ fn in_name(name: &str, f: Failure) -> Failure {
 
 pub(crate) struct ByteStreamService {
     pub state: Arc<State>,
+    /// Upload sessions of interrupted Writes; this service alone uses them.
+    pub uploads: Uploads,
 }
 
 #[tonic::async_trait]
@@ -214,7 +216,7 @@ impl ByteStream for ByteStreamService {
         let already = if zstd { -1 } else { d.size as i64 };
         let cache = self.state.cache.clone();
         if cache.contains(&d) {
-            self.state.uploads.remove(&name);
+            self.uploads.remove(&name);
             return Ok(Response::new(bs::WriteResponse {
                 committed_size: already,
             }));
@@ -226,7 +228,7 @@ impl ByteStream for ByteStreamService {
         {
             // A small blob in one message (Bazel's Action and Directory uploads): verify and
             // install it here instead of through an upload session and the blocking pool.
-            self.state.uploads.remove(&name);
+            self.uploads.remove(&name);
             let sent = first.data.len();
             let data = if zstd {
                 zstd::decompress(&first.data, d.size).map_err(|f| in_name(&name, f))?
@@ -238,7 +240,7 @@ impl ByteStream for ByteStreamService {
                 committed_size: sent as i64,
             }));
         }
-        let session = self.state.uploads.get_or_create(&name);
+        let session = self.uploads.get_or_create(&name);
         let mut s = session.lock().await;
         s.last_used = Instant::now();
         if first.write_offset == 0 {
@@ -289,7 +291,7 @@ impl ByteStream for ByteStreamService {
             if let Err(f) = wrote {
                 // What was received cannot be continued: a retry starts over.
                 s.clear();
-                self.state.uploads.remove(&name);
+                self.uploads.remove(&name);
                 return Err(in_name(&name, f).into());
             }
             s.last_used = Instant::now();
@@ -309,7 +311,7 @@ impl ByteStream for ByteStreamService {
         let up = s.upload.take().expect("upload present");
         let z = s.zstd.take();
         drop(s);
-        self.state.uploads.remove(&name);
+        self.uploads.remove(&name);
         if let Some(z) = &z {
             z.finish().map_err(|f| in_name(&name, f))?;
         }
@@ -345,7 +347,7 @@ impl ByteStream for ByteStreamService {
                 complete: true,
             }));
         }
-        let committed = match self.state.uploads.get(&name) {
+        let committed = match self.uploads.get(&name) {
             Some(s) => s.lock().await.committed(),
             None => 0,
         };

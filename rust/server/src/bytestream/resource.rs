@@ -6,7 +6,7 @@
 //! `sha256` segment before the hash (v2.3 style) is accepted; other digest functions and other
 //! compressors are refused with INVALID_ARGUMENT naming what is supported.
 
-use crate::status::Failure;
+use crate::failure::Failure;
 use clonestage_engine::Digest;
 
 fn bad(name: &str, why: &str) -> Failure {

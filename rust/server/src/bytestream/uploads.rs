@@ -7,7 +7,7 @@
 //! Chunker seeks its compressed stream; see `zstd`).
 //! Sessions idle longer than `IDLE_LIMIT` are dropped (their temp file goes with them).
 
-use super::zstd::Decompressor;
+use crate::zstd::Decompressor;
 use clonestage_engine::cas::Upload;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -6,12 +6,14 @@
 //! successful run that happens in `Leftovers`, which the caller drops after responding.
 
 use super::action::Prepared;
+use super::exec_state::ExecState;
+use super::janitor::Janitor;
 use super::metadata::{self, now, StagingFigures, Timeline};
 use super::operations::ActionControl;
 use super::spawn::{self, SpawnRequest, SpawnStats};
 use super::workdir::WorkDir;
+use crate::failure::Failure;
 use crate::state::State;
-use crate::status::Failure;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::tree::SymlinkPolicy;
 use clonestage_engine::{Digest, MethodPreference, PutFile, StageRequest};
@@ -38,9 +40,9 @@ pub(crate) struct Leftovers {
 }
 
 impl Leftovers {
-    pub fn discard(self, state: &State) {
+    pub fn discard(self, janitor: &Janitor) {
         drop(self.staged);
-        state.janitor.push(self.work.defer());
+        janitor.push(self.work.defer());
     }
 }
 
@@ -55,15 +57,16 @@ fn std_stream(state: &State, p: &Path) -> Result<Digest, Failure> {
     }
 }
 
-pub(crate) fn run(
+pub(crate) fn run_action(
     state: &State,
+    exec: &ExecState,
     p: &Prepared,
     control: &ActionControl,
     mut t: Timeline,
 ) -> Result<Executed, Failure> {
     t.worker_start = now();
     // Before staging: an Xcode that is not installed fails the action before any work.
-    let apple = state.apple.additions(&p.command.environment_variables)?;
+    let apple = exec.apple.additions(&p.command.environment_variables)?;
     let work = WorkDir::create(&state.layout.work_dir())?;
     let root = work.root();
     t.fetch_start = now();
@@ -105,9 +108,9 @@ pub(crate) fn run(
         .chain(apple.iter().map(|(k, v)| (*k, v.as_str())))
         .collect();
     t.exec_start = now();
-    let ran = spawn::run(
+    let ran = spawn::spawn_command(
         &SpawnRequest {
-            wrapper: &state.spawn,
+            wrapper: &exec.spawn,
             work_dir: &work.path,
             cwd: &cwd,
             args: &p.command.arguments,
@@ -115,7 +118,7 @@ pub(crate) fn run(
             timeout: p.timeout,
             stdout: &stdout,
             stderr: &stderr,
-            pool: Some(&state.prespawn),
+            pool: Some(&exec.prespawn),
         },
         control,
     );
@@ -161,7 +164,7 @@ pub(crate) fn run(
         outputs_us = metadata::span_us(t.upload_start, t.upload_done),
         "action phases"
     );
-    r.execution_metadata = Some(metadata::executed_metadata(&state.worker, &t, vec![aux]));
+    r.execution_metadata = Some(metadata::executed_metadata(&exec.worker, &t, vec![aux]));
     Ok(Executed {
         result: r,
         stats,

@@ -18,7 +18,7 @@
 
 use super::operations::ActionControl;
 use super::prespawn;
-use crate::status::Failure;
+use crate::failure::Failure;
 use anyhow::{bail, Result};
 use serde::Deserialize;
 use std::ffi::OsStr;
@@ -99,7 +99,10 @@ fn io(what: &str, p: &Path, e: std::io::Error) -> Failure {
 }
 
 /// Run the command; returns the wrapper's stats. Blocks until the command has ended.
-pub(crate) fn run(req: &SpawnRequest, control: &ActionControl) -> Result<SpawnStats, Failure> {
+pub(crate) fn spawn_command(
+    req: &SpawnRequest,
+    control: &ActionControl,
+) -> Result<SpawnStats, Failure> {
     if control.is_cancelled() {
         return Err(Failure::Unavailable(
             "the server is shutting down; action not started".into(),
@@ -149,17 +152,19 @@ pub(crate) fn run(req: &SpawnRequest, control: &ActionControl) -> Result<SpawnSt
     let err = child.stderr.take().map(drain).unwrap_or_default();
     let status = child.wait().map_err(|e| io("wait for", req.wrapper, e))?;
     if out.is_empty() {
-        return Err(Failure::Internal(format!(
-            "the spawn wrapper {} ended ({status}) without its stats: {}",
-            req.wrapper.display(),
-            String::from_utf8_lossy(&err).trim()
-        )));
+        return Err(Failure::internal(
+            format_args!(
+                "the spawn wrapper {} ended ({status}) without its stats",
+                req.wrapper.display()
+            ),
+            String::from_utf8_lossy(&err).trim(),
+        ));
     }
     serde_json::from_slice(&out).map_err(|e| {
-        Failure::Internal(format!(
-            "not the spawn wrapper's stats JSON ({e}): {}",
-            String::from_utf8_lossy(&out).trim()
-        ))
+        Failure::internal(
+            format_args!("not the spawn wrapper's stats JSON ({e})"),
+            String::from_utf8_lossy(&out).trim(),
+        )
     })
 }
 

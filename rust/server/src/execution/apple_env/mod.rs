@@ -39,7 +39,7 @@ mod tests;
 
 pub(crate) use tools::Tools;
 
-use crate::status::Failure;
+use crate::failure::Failure;
 use bazel_remote_apis::build::bazel::remote::execution::v2::command::EnvironmentVariable;
 use std::cmp::Ordering as Cmp;
 use std::collections::{HashMap, HashSet};

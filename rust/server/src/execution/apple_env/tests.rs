@@ -4,7 +4,7 @@
 //! Xcode the SDK lookup ran with.
 
 use super::*;
-use crate::status::Failure;
+use crate::failure::Failure;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 

@@ -74,7 +74,7 @@ impl Tools {
 
     /// Run `program args` with `DEVELOPER_DIR` set to `developer_dir` (and otherwise only a
     /// PATH); its trimmed stdout when it exits 0.
-    pub fn run(
+    pub fn run_tool(
         &self,
         program: &Path,
         args: &[&str],
@@ -144,7 +144,7 @@ impl Tools {
     /// `xcode-select -p`: the selected developer dir (run without DEVELOPER_DIR, which it
     /// would otherwise echo back).
     pub fn selected_developer_dir(&self) -> Result<String, ToolError> {
-        let d = self.run(&self.xcode_select, &["-p"], None)?;
+        let d = self.run_tool(&self.xcode_select, &["-p"], None)?;
         if d.is_empty() {
             return Err(ToolError(format!(
                 "`{} -p` printed nothing",
@@ -156,7 +156,7 @@ impl Tools {
 
     /// Xcode bundles Spotlight knows of, one path a line.
     pub fn spotlight(&self) -> Result<Vec<PathBuf>, ToolError> {
-        let out = self.run(&self.mdfind, &[XCODE_BUNDLE_QUERY], None)?;
+        let out = self.run_tool(&self.mdfind, &[XCODE_BUNDLE_QUERY], None)?;
         Ok(out
             .lines()
             .map(str::trim)
@@ -196,7 +196,7 @@ impl Tools {
         };
         let xml = if bytes.starts_with(b"bplist") {
             let p = plist.to_string_lossy();
-            match self.run(&self.plutil, &["-convert", "xml1", "-o", "-", &p], None) {
+            match self.run_tool(&self.plutil, &["-convert", "xml1", "-o", "-", &p], None) {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::warn!(path = %plist.display(), error = %e, "cannot read a binary version.plist");
@@ -212,7 +212,7 @@ impl Tools {
 
     /// `xcrun --sdk SDK --show-sdk-path` with that developer dir.
     pub fn sdk_path(&self, developer_dir: Option<&str>, sdk: &str) -> Result<String, ToolError> {
-        let p = self.run(
+        let p = self.run_tool(
             &self.xcrun,
             &["--sdk", sdk, "--show-sdk-path"],
             developer_dir,

@@ -3,8 +3,9 @@
 //! `--remote_upload_local_results`), after checking that the blobs they name were uploaded.
 //! Lookups count as `action_cache_hits` / `action_cache_misses` in `clonestage stats`.
 
+use crate::ac_store::inline_std;
+use crate::failure::{blocking, check_digest_function, digest_arg, Failure};
 use crate::state::State;
-use crate::status::{blocking, check_digest_function, digest_arg, Failure};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use pb::action_cache_server::ActionCache;
 use std::sync::Arc;
@@ -12,26 +13,6 @@ use tonic::{Request, Response, Status};
 
 pub(crate) struct ActionCacheService {
     pub state: Arc<State>,
-}
-
-/// Fill `stdout_raw`/`stderr_raw` when asked (inline output files are not inlined: optional).
-pub(crate) fn inline_std(state: &State, r: &mut pb::ActionResult, stdout: bool, stderr: bool) {
-    let read = |d: &Option<pb::Digest>| {
-        d.as_ref()
-            .and_then(|d| clonestage_engine::Digest::from_proto(d).ok())
-            .filter(|d| d.size <= 1024 * 1024)
-            .and_then(|d| state.cache.read(&d).ok().flatten())
-    };
-    if stdout {
-        if let Some(b) = read(&r.stdout_digest) {
-            r.stdout_raw = b;
-        }
-    }
-    if stderr {
-        if let Some(b) = read(&r.stderr_digest) {
-            r.stderr_raw = b;
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -57,7 +38,7 @@ impl ActionCache for ActionCacheService {
                 "action_cache_misses"
             });
             Ok(r.map(|mut r| {
-                inline_std(&state, &mut r, req.inline_stdout, req.inline_stderr);
+                inline_std(&state.cache, &mut r, req.inline_stdout, req.inline_stderr);
                 r
             }))
         })

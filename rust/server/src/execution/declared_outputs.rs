@@ -1,5 +1,6 @@
 //! Declared outputs: which paths a Command asks for, in the form its API version uses, and
-//! collecting them after the action into the CAS and the `ActionResult`.
+//! collecting them after the action into the CAS and the `ActionResult` (an output
+//! directory's `Tree` is built in memory from the Directory messages its ingest wrote).
 //!
 //! - v2.1+ clients (Bazel 7/8) send `output_paths`: each path is reported by what it turned out
 //!   to be, a file, a directory (as a `Tree`) or a symlink in `output_symlinks`.
@@ -11,10 +12,10 @@
 //! copied. A path whose parent chain contains a symlink is not followed: an action cannot make
 //! the server read or move files outside its work dir. Absent outputs are simply not reported.
 
-use crate::status::Failure;
+use crate::failure::Failure;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
-use clonestage_engine::tree::{self, IngestOptions};
-use clonestage_engine::{Cache, Digest, PutFile};
+use clonestage_engine::tree::{self, IngestOptions, IngestedTree};
+use clonestage_engine::{Cache, PutFile};
 use pb::command::OutputDirectoryFormat;
 use prost::Message;
 use std::os::unix::fs::PermissionsExt;
@@ -166,7 +167,7 @@ impl OutputSpec {
                 });
             } else if meta.is_dir() {
                 make_dirs_writable(&path, 0)?;
-                let root_digest = tree::ingest_path(
+                let ingested = tree::ingest_tree(
                     cache,
                     &path,
                     IngestOptions {
@@ -176,7 +177,7 @@ impl OutputSpec {
                 )
                 .map_err(Failure::from)?;
                 r.output_directories
-                    .push(self.output_directory(cache, p, root_digest)?);
+                    .push(self.output_directory(cache, p, &ingested)?);
             } else {
                 tracing::warn!(path = %path.display(), "output is neither file, directory nor symlink; not reported");
             }
@@ -184,18 +185,19 @@ impl OutputSpec {
         Ok(())
     }
 
+    /// An output directory as the client asked for it: a `Tree` (built from the Directory
+    /// messages the ingest wrote, not read back from the CAS), its root digest, or both.
     fn output_directory(
         &self,
         cache: &Cache,
         p: &str,
-        root: Digest,
+        ingested: &IngestedTree,
     ) -> Result<pb::OutputDirectory, Failure> {
+        let root = ingested.root;
         let want_tree = self.dir_format != OutputDirectoryFormat::DirectoryOnly as i32;
         let want_root = self.dir_format != OutputDirectoryFormat::TreeOnly as i32;
         let tree_digest = if want_tree {
-            let mut dirs = tree::get_tree(cache, &root)
-                .map_err(Failure::from)?
-                .into_iter();
+            let mut dirs = ingested.directories().into_iter();
             let t = pb::Tree {
                 root: dirs.next(),
                 children: dirs.collect(),

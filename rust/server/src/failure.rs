@@ -42,7 +42,7 @@ pub(crate) enum Failure {
     NotFound(String),
     /// The host is not in the state the action needs (e.g. the Xcode it names is not
     /// installed). Execute answers it as a failed action with this on stderr
-    /// (`execution::host_lacks`), so Bazel shows it even under --remote_local_fallback.
+    /// (`execution::answer::host_lacks`), so Bazel shows it even under --remote_local_fallback.
     FailedPrecondition(String),
     Unavailable(String),
     /// The cache's filesystem (or the user's quota) is full.
@@ -72,6 +72,12 @@ impl Failure {
         } else {
             Failure::Internal(m)
         }
+    }
+
+    /// INTERNAL: `what` went wrong, then why (`"<what>: <why>"`, the form every server
+    /// message has).
+    pub fn internal(what: impl std::fmt::Display, why: impl std::fmt::Display) -> Failure {
+        Failure::Internal(format!("{what}: {why}"))
     }
 
     pub fn message(&self) -> String {
@@ -172,7 +178,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T, Failure> {
     tokio::task::spawn_blocking(f)
         .await
-        .unwrap_or_else(|e| Err(Failure::Internal(format!("worker task failed: {e}"))))
+        .unwrap_or_else(|e| Err(Failure::internal("worker task failed", e)))
 }
 
 /// A digest from a request, or INVALID_ARGUMENT naming the field.

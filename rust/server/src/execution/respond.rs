@@ -1,0 +1,224 @@
+//! One Execute, start to end, one step per function in the order a request goes:
+//!
+//! 1. `check_and_look_up`: check the Action and Command (`action`), then look the action up
+//!    in the action cache unless `skip_cache_lookup` or `do_not_cache` says not to;
+//! 2. `take_job_slot`: wait for one of the `--jobs` slots (or for shutdown);
+//! 3. `run_and_record`: run it (`run`: stage -> spawn -> outputs) and put a cacheable result
+//!    into the action cache;
+//! 4. `record_figures`: the counters, the staged root for the access log, and the cleanup
+//!    (cost estimates, work dir), all off the response's path;
+//! 5. `answer`: the `ExecuteResponse` for what happened.
+//!
+//! With a job slot free at once, steps 1 to 3 take one trip to the blocking pool: each trip
+//! costs two thread wake-ups, which a loaded machine makes expensive.
+
+use super::action::{self, Prepared};
+use super::answer;
+use super::exec_state::ExecState;
+use super::metadata::{self, Timeline};
+use super::operations::Op;
+use super::run::{self, Executed};
+use crate::ac_store::inline_std;
+use crate::failure::{blocking, Failure};
+use crate::server_counters;
+use crate::state::State;
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use clonestage_engine::Digest;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// What the first trip to the blocking pool found.
+enum Checked {
+    /// The action cache answered.
+    Hit(pb::ActionResult),
+    /// Checked, not in the cache; waits for a job slot.
+    Ready(Prepared),
+    /// A job slot was free at once, so the action also ran in the same trip.
+    Ran(Box<(Prepared, Result<Executed, Failure>)>),
+}
+
+/// Drive one Execute to its final response.
+pub(super) async fn respond(
+    state: Arc<State>,
+    exec: Arc<ExecState>,
+    op: Arc<Op>,
+    req: pb::ExecuteRequest,
+    digest: Digest,
+) -> pb::ExecuteResponse {
+    let queued = metadata::now();
+    let timeline = Timeline {
+        queued,
+        ..Default::default()
+    };
+    let checked = check_and_look_up(&state, &exec, &op, &req, digest, timeline.clone()).await;
+    let (prepared, ran) = match checked {
+        Ok(Checked::Hit(hit)) => {
+            tracing::debug!(action = %digest, "action cache hit");
+            return answer::cache_hit(hit);
+        }
+        Ok(Checked::Ran(ran)) => *ran,
+        Ok(Checked::Ready(p)) => {
+            op.set_stage(pb::execution_stage::Value::Queued);
+            let Some(permit) = take_job_slot(&exec, &op).await else {
+                return answer::error(&Failure::Unavailable(
+                    "the server is shutting down; action not started".into(),
+                ));
+            };
+            let ran = {
+                let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
+                let p = p.clone();
+                blocking(move || run_and_record(&state, &exec, &p, &op, timeline)).await
+            };
+            drop(permit);
+            (p, ran)
+        }
+        Err(f) => {
+            tracing::info!(action = %digest, error = %f.message(), "action refused");
+            state.count("action_errors");
+            return answer::error(&f);
+        }
+    };
+    match ran {
+        Ok(ex) => {
+            let Executed {
+                result,
+                stats,
+                tampered,
+                stage_us,
+                spawn_us,
+                leftovers,
+            } = ex;
+            let figures = server_counters::ActionFigures {
+                stage_us: Some(stage_us),
+                exec_us: stats.wall_us,
+                spawn_us,
+                serve_us: metadata::span_us(queued, metadata::now()),
+                failed: stats.exit_code != 0 && !stats.timed_out,
+                timed_out: stats.timed_out,
+            };
+            record_figures(&state, &exec, leftovers, figures);
+            let ran = answer::Ran {
+                result,
+                stats: &stats,
+                tampered,
+                timeout: prepared.timeout,
+            };
+            let resp = answer::ran(&state, ran, &req);
+            log_ran(digest, &stats, stage_us, queued);
+            resp
+        }
+        Err(Failure::FailedPrecondition(m)) => {
+            tracing::warn!(action = %digest, error = %m, "this host cannot run the action as asked");
+            state.count("action_errors");
+            answer::host_lacks(&state.cache, &m, req.inline_stderr)
+        }
+        Err(f) => {
+            tracing::info!(action = %digest, error = %f.message(), "action failed to run");
+            state.count("action_errors");
+            answer::error(&f)
+        }
+    }
+}
+
+/// Step 1 (blocking): check the action, look it up in the action cache, and with a job slot
+/// free at once also run it (steps 2 and 3) in the same trip.
+async fn check_and_look_up(
+    state: &Arc<State>,
+    exec: &Arc<ExecState>,
+    op: &Arc<Op>,
+    req: &pb::ExecuteRequest,
+    digest: Digest,
+    t: Timeline,
+) -> Result<Checked, Failure> {
+    let early = exec.jobs.clone().try_acquire_owned().ok();
+    let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
+    let skip = req.skip_cache_lookup;
+    let (so, se) = (req.inline_stdout, req.inline_stderr);
+    blocking(move || {
+        let p = action::prepare(&state.cache, digest)?;
+        let hit = if skip || p.do_not_cache {
+            None
+        } else {
+            state.ac.get(&state.cache, &digest)?
+        };
+        // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
+        if let Some(mut hit) = hit {
+            state.count("action_cache_hits");
+            inline_std(&state.cache, &mut hit, so, se);
+            return Ok(Checked::Hit(hit));
+        }
+        match early {
+            Some(permit) => {
+                let ran = run_and_record(&state, &exec, &p, &op, t);
+                drop(permit);
+                Ok(Checked::Ran(Box::new((p, ran))))
+            }
+            None => Ok(Checked::Ready(p)),
+        }
+    })
+    .await
+}
+
+/// Step 2: one of the `--jobs` slots, or None when shutdown cancelled the action first.
+async fn take_job_slot(exec: &ExecState, op: &Op) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        p = exec.jobs.clone().acquire_owned() => Some(p.expect("the jobs semaphore is never closed")),
+        _ = op.control.cancelled() => None,
+    }
+}
+
+/// Whether a run's result goes into the action cache.
+fn cacheable(p: &Prepared, ex: &Executed) -> bool {
+    ex.stats.exit_code == 0 && !ex.stats.timed_out && ex.tampered == 0 && !p.do_not_cache
+}
+
+/// Step 3 (blocking, in a job slot): run the action and record a cacheable result.
+fn run_and_record(
+    state: &State,
+    exec: &ExecState,
+    p: &Prepared,
+    op: &Op,
+    t: Timeline,
+) -> Result<Executed, Failure> {
+    op.set_stage(pb::execution_stage::Value::Executing);
+    let ex = run::run_action(state, exec, p, &op.control, t)?;
+    if cacheable(p, &ex) {
+        if let Err(f) = state.ac.put(&p.digest, &ex.result) {
+            tracing::warn!(action = %p.digest, error = %f.message(), "cannot record action result");
+        }
+    }
+    Ok(ex)
+}
+
+/// Step 4: the stage's counters, root and cost estimates are in the stager's ledger already;
+/// the action's figures join them, written by the ledger's timed flush (`ledger_flush`), and
+/// the work dir is removed in the background: none of it delays the response.
+fn record_figures(
+    state: &Arc<State>,
+    exec: &ExecState,
+    leftovers: run::Leftovers,
+    figures: server_counters::ActionFigures,
+) {
+    state
+        .stager
+        .ledger()
+        .add(|c| server_counters::add_action(c, &figures));
+    let janitor = exec.janitor.clone();
+    state.background(move |_| leftovers.discard(&janitor));
+}
+
+fn log_ran(
+    digest: Digest,
+    stats: &super::spawn::SpawnStats,
+    stage_us: u64,
+    queued: Option<SystemTime>,
+) {
+    tracing::debug!(
+        action = %digest,
+        exit = stats.exit_code,
+        stage_us,
+        total_us = metadata::span_us(queued, metadata::now()),
+        "action ran"
+    );
+}
