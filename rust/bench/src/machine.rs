@@ -74,46 +74,10 @@ fn utc(t: SystemTime) -> String {
     format!("{} {}", &s[..10], &s[11..16])
 }
 
-/// The filesystem type of `p`.
-#[cfg(target_os = "macos")]
+/// The filesystem type of `p` (`ext4`, `xfs`, `btrfs`, `apfs`, ...), as the engine names it
+/// for `clonestage status`.
 pub fn fs_type(p: &Path) -> String {
-    let Ok(c) = fdops::cpath(p) else {
-        return "unknown".into();
-    };
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        return "unknown".into();
-    }
-    let name: Vec<u8> = sf
-        .f_fstypename
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    String::from_utf8_lossy(&name).into_owned()
-}
-
-/// The filesystem type of `p` by statfs magic.
-#[cfg(target_os = "linux")]
-pub fn fs_type(p: &Path) -> String {
-    let Ok(c) = fdops::cpath(p) else {
-        return "unknown".into();
-    };
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sf) } != 0 {
-        return "unknown".into();
-    }
-    match sf.f_type as i64 {
-        0xEF53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x794C_7630 => "overlay".into(),
-        0xCA45_1A4E => "bcachefs".into(),
-        0x6969 => "nfs".into(),
-        0x0100_2000 => "zfs".into(),
-        t => format!("0x{t:x}"),
-    }
+    clonestage_engine::platform::filesystem_name(p).unwrap_or_else(|_| "unknown".into())
 }
 
 #[cfg(test)]
