@@ -66,6 +66,25 @@ fn fill(dir: &Path) {
     }
 }
 
+/// Free blocks and inodes of the filesystem holding `p`, and what the cache holds: printed
+/// before the first upload, so a failure there (seen once in a clean-clone CI run, ENOSPC
+/// before the disk was filled; not reproduced since) says what had used the space.
+fn usage(p: &Path) -> String {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    let files = std::process::Command::new("find")
+        .arg(p)
+        .args(["-printf", "%s %p\n"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    format!(
+        "statvfs {r}: {} of {} blocks of {} bytes free, {} of {} inodes free\n{files}",
+        st.f_bfree, st.f_blocks, st.f_frsize, st.f_ffree, st.f_files
+    )
+}
+
 fn code_of(s: &Option<bazel_remote_apis::google::rpc::Status>) -> i32 {
     s.as_ref().map_or(0, |s| s.code)
 }
@@ -81,6 +100,7 @@ async fn a_full_disk_answers_resource_exhausted_and_loses_nothing() {
         handle: Some(handle),
     };
     let mut c = s.clients().await;
+    eprintln!("before the first upload: {}", usage(&fs.mnt));
     // The action and its command are stored before the disk fills.
     let mut cmd = sh("echo hi > out");
     cmd.output_paths = vec!["out".into()];
