@@ -40,7 +40,7 @@ struct Pending {
 
 pub struct Ledger {
     cache: Arc<Cache>,
-    store: Option<Arc<dyn EstimateStore>>,
+    store: Arc<dyn EstimateStore>,
     pending: Mutex<Pending>,
     /// Called when the ledger goes from clean to dirty (see `on_change`).
     on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -48,18 +48,13 @@ pub struct Ledger {
 
 impl Ledger {
     /// A ledger for `cache` whose flush saves estimates into `store`.
-    pub(crate) fn new(cache: Arc<Cache>, store: Option<Arc<dyn EstimateStore>>) -> Ledger {
+    pub(crate) fn new(cache: Arc<Cache>, store: Arc<dyn EstimateStore>) -> Ledger {
         Ledger {
             cache,
             store,
             pending: Default::default(),
             on_change: OnceLock::new(),
         }
-    }
-
-    /// A ledger of counters alone (no stager's estimates): a server's own figures, tests.
-    pub fn for_cache(cache: Arc<Cache>) -> Ledger {
-        Ledger::new(cache, None)
     }
 
     /// Call `f` whenever something is added to a ledger that had nothing unwritten (once per
@@ -123,10 +118,8 @@ impl Ledger {
         for root in &p.roots {
             self.cache.note_access(root);
         }
-        if let Some(store) = &self.store {
-            for key in &p.estimates {
-                store.persist_estimates(&self.cache, *key);
-            }
+        for key in &p.estimates {
+            self.store.persist_estimates(&self.cache, *key);
         }
         if p.counters != Counters::default() {
             if let Err(e) = stats::record(self.cache.root(), &p.counters) {
@@ -167,7 +160,7 @@ mod tests {
     fn nothing_is_written_until_flush_and_everything_after() {
         let (_d, c) = cache();
         let saved = Arc::new(Saved(Mutex::new(vec![])));
-        let l = Ledger::new(c.clone(), Some(saved.clone()));
+        let l = Ledger::new(c.clone(), saved.clone());
         let root = Digest::of_bytes(b"root");
         let counters = Counters {
             stages: 1,
@@ -205,7 +198,7 @@ mod tests {
     #[test]
     fn the_hook_fires_once_per_clean_to_dirty_change() {
         let (_d, c) = cache();
-        let l = Ledger::for_cache(c);
+        let l = Ledger::new(c, Arc::new(Saved(Mutex::new(vec![]))));
         l.count("early");
         let calls = Arc::new(AtomicUsize::new(0));
         let n = calls.clone();
@@ -228,7 +221,7 @@ mod tests {
     #[test]
     fn a_dropped_ledger_writes_what_it_held() {
         let (_d, c) = cache();
-        let l = Ledger::for_cache(c.clone());
+        let l = Ledger::new(c.clone(), Arc::new(Saved(Mutex::new(vec![]))));
         l.count("late");
         drop(l);
         assert_eq!(stats::load(c.root()).unwrap().extra["late"], 1);

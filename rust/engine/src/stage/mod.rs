@@ -135,7 +135,7 @@ impl Stager {
         let modes = Modes::of_this_process(&cache);
         let devices = Arc::new(device::Devices::default());
         Stager {
-            ledger: Arc::new(Ledger::new(cache.clone(), Some(devices.clone()))),
+            ledger: Arc::new(Ledger::new(cache.clone(), devices.clone())),
             cache,
             devices,
             seen: Mutex::new(None),

@@ -5,8 +5,9 @@
 //! 2. `take_job_slot`: wait for one of the `--jobs` slots (or for shutdown);
 //! 3. `run_and_record`: run it (`run`: stage -> spawn -> outputs) and put a cacheable result
 //!    into the action cache;
-//! 4. `record_figures`: the counters, the staged root for the access log, and the cleanup
-//!    (cost estimates, work dir), all off the response's path;
+//! 4. `record_figures`: the action's figures into the stager's ledger (which holds the stage's
+//!    counters, root and estimates already) and the work dir to the janitor, both off the
+//!    response's path;
 //! 5. `answer`: the `ExecuteResponse` for what happened.
 //!
 //! With a job slot free at once, steps 1 to 3 take one trip to the blocking pool: each trip
