@@ -94,6 +94,31 @@ enum Cmd {
         /// Seconds between two looks at the cache's size (each stats every blob) [default: 30].
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         evict_every: Option<u64>,
+        /// A team's REAPI cache behind this one: grpc://HOST:PORT (docs/upstream.md).
+        #[arg(long, env = "CLONESTAGE_UPSTREAM")]
+        upstream: Option<String>,
+        /// The upstream's REAPI instance name.
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_INSTANCE", default_value = "")]
+        upstream_instance: String,
+        /// A file of `Header-Name: value` lines sent on every upstream call (a regular file of
+        /// this uid, mode 0600 or 0400; never logged).
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_AUTH_FILE")]
+        upstream_auth_file: Option<PathBuf>,
+        /// A credential helper (Bazel's protocol: `PROG get`) whose headers go on upstream calls.
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_AUTH_HELPER")]
+        upstream_auth_helper: Option<PathBuf>,
+        /// Which results go upstream: none, executed (results this server ran) or all (also
+        /// results Bazel sends with UpdateActionResult).
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_WRITE", default_value = "executed",
+              value_parser = |s: &str| clonestage_server::WriteMode::parse(s).map_err(|e| e.to_string()))]
+        upstream_write: clonestage_server::WriteMode,
+        /// Milliseconds one upstream call may take (a lookup with its blobs: twice this).
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_TIMEOUT_MS", default_value_t = 2000,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        upstream_timeout_ms: u64,
+        /// Results the upload queue holds at most; beyond it new ones are dropped and counted.
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_QUEUE_MAX", default_value_t = 10_000)]
+        upstream_queue_max: usize,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -220,6 +245,13 @@ fn main() -> ExitCode {
             max_tree_bytes,
             max_size,
             evict_every,
+            upstream,
+            upstream_instance,
+            upstream_auth_file,
+            upstream_auth_helper,
+            upstream_write,
+            upstream_timeout_ms,
+            upstream_queue_max,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -236,6 +268,18 @@ fn main() -> ExitCode {
             },
             max_size,
             evict_every: evict_every.map(std::time::Duration::from_secs),
+            upstream: match upstream.filter(|u| !u.is_empty()) {
+                None => None,
+                Some(url) => Some(clonestage_server::UpstreamOptions {
+                    instance: upstream_instance,
+                    auth_file: upstream_auth_file,
+                    auth_helper: upstream_auth_helper,
+                    write: upstream_write,
+                    timeout: std::time::Duration::from_millis(upstream_timeout_ms),
+                    queue_max: upstream_queue_max,
+                    ..clonestage_server::UpstreamOptions::new(&url)
+                }),
+            },
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {

@@ -2,6 +2,8 @@
 //! all present); UpdateActionResult stores results clients computed themselves (Bazel's
 //! `--remote_upload_local_results`), after checking that the blobs they name were uploaded.
 //! Lookups count as `action_cache_hits` / `action_cache_misses` in `clonestage stats`.
+//! With an upstream (`upstream`), a local miss asks it (read-through), and with
+//! `--upstream-write all` an updated result is queued for upload too.
 
 use crate::ac_store::inline_std;
 use crate::failure::{blocking, check_digest_function, digest_arg, Failure};
@@ -24,29 +26,39 @@ impl ActionCache for ActionCacheService {
         let req = request.into_inner();
         check_digest_function(req.digest_function)?;
         let d = digest_arg(req.action_digest.as_ref(), "action_digest")?;
+        let (so, se) = (req.inline_stdout, req.inline_stderr);
         // Most lookups are misses of new actions: one stat, answered without a thread hop.
-        if !self.state.ac.has_entry(&d) {
-            self.state.count("action_cache_misses");
-            return Err(Status::not_found(format!("no action result for {d}")));
+        if self.state.ac.has_entry(&d) {
+            let state = self.state.clone();
+            let r = blocking(move || {
+                let r = state.ac.get(&state.cache, &d)?;
+                Ok(r.map(|mut r| {
+                    inline_std(&state.cache, &mut r, so, se);
+                    r
+                }))
+            })
+            .await?;
+            if let Some(r) = r {
+                self.state.count("action_cache_hits");
+                return Ok(Response::new(r));
+            }
         }
-        let state = self.state.clone();
-        let r = blocking(move || {
-            let r = state.ac.get(&state.cache, &d)?;
-            state.count(if r.is_some() {
-                "action_cache_hits"
-            } else {
-                "action_cache_misses"
-            });
-            Ok(r.map(|mut r| {
-                inline_std(&state.cache, &mut r, req.inline_stdout, req.inline_stderr);
-                r
-            }))
-        })
-        .await?;
-        match r {
-            Some(r) => Ok(Response::new(r)),
-            None => Err(Status::not_found(format!("no action result for {d}"))),
+        self.state.count("action_cache_misses");
+        // A local miss asks the team's cache (bounded; nothing with its breaker open).
+        if let Some(up) = &self.state.upstream {
+            if let Some(mut r) = up.lookup(&self.state.ac, d).await {
+                if so || se {
+                    let state = self.state.clone();
+                    r = blocking(move || {
+                        inline_std(&state.cache, &mut r, so, se);
+                        Ok(r)
+                    })
+                    .await?;
+                }
+                return Ok(Response::new(r));
+            }
         }
+        Err(Status::not_found(format!("no action result for {d}")))
     }
 
     async fn update_action_result(
@@ -78,6 +90,16 @@ impl ActionCache for ActionCacheService {
             Ok(result)
         })
         .await?;
+        // Results Bazel ran itself go upstream only when the user allows it.
+        if let Some(up) = self
+            .state
+            .upstream
+            .clone()
+            .filter(|u| u.opts.write == crate::upstream::WriteMode::All)
+        {
+            let r = stored.clone();
+            self.state.background(move |_| up.enqueue(d, &r));
+        }
         Ok(Response::new(stored))
     }
 }

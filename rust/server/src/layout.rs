@@ -18,6 +18,9 @@
 //!                            stderr; removed after the action (by the janitor while no
 //!                            action runs), swept at start
 //! <cache>/ac/<hh>/<hash>-<size>    ActionResult messages keyed by action digest
+//! <cache>/server/upstream    the running server's upstream (`URL (instance "N", write M)`),
+//!                            for `clonestage status`; absent without one
+//! <cache>/upstream/queue/<hash>-<size>  results waiting for upload (`upstream::write_behind`)
 //! ```
 //!
 //! The work dirs sit inside the cache so outputs move into the CAS by rename.
@@ -66,6 +69,10 @@ impl Layout {
 
     pub fn last_port(&self) -> PathBuf {
         self.server_dir().join("last-port")
+    }
+
+    pub fn upstream(&self) -> PathBuf {
+        self.server_dir().join("upstream")
     }
 
     pub fn work_dir(&self) -> PathBuf {

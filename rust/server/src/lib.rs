@@ -6,7 +6,8 @@
 //! Layout: `server` (start/stop, signals), `state` (what the services share), `listen`,
 //! `auth`, `lock`, `layout` (files in the cache), `address` (`clonestage address`), one module
 //! per service, each owning what only it uses (`capabilities`, `cas_service`, `bytestream`,
-//! `action_cache_service` over `ac_store`, `execution`), `failure` (how failures reach
+//! `action_cache_service` over `ac_store`, `execution`), `upstream` (a team's cache
+//! behind this one), `failure` (how failures reach
 //! clients), `server_counters` (server counters in stats.json), `zstd` (the codec of
 //! ByteStream and the CAS batch calls), `eviction` (the cache's size limit). README.md draws
 //! an Execute's path through them.
@@ -31,6 +32,7 @@ mod server_counters;
 mod server_lock;
 mod state;
 mod stop;
+mod upstream;
 mod zstd;
 
 pub use address::{check_same_version, running, RunningServer, VersionMismatch};
@@ -41,6 +43,7 @@ pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
 pub use server::{start, ServerHandle, DRAIN_GRACE};
 pub use server_counters::{stage_percentiles, STAGE_BUCKETS_US};
 pub use stop::{stop, Stopped};
+pub use upstream::{UpstreamOptions, WriteMode};
 
 use std::path::{Path, PathBuf};
 
@@ -72,6 +75,21 @@ pub struct ServeOptions {
     pub max_size: Option<u64>,
     /// How often eviction looks at the cache's size; None: every 30 s.
     pub evict_every: Option<std::time::Duration>,
+    /// A team's REAPI cache behind this one (`--upstream*`, docs/upstream.md); None: none.
+    pub upstream: Option<UpstreamOptions>,
+}
+
+/// Upload entries waiting in the cache's upstream queue (`clonestage stats`'s
+/// `upstream_queue_len`); None when the cache never had an upstream.
+pub fn upstream_queue_len(cache_dir: &Path) -> Option<u64> {
+    upstream::Upstream::queue_len(cache_dir)
+}
+
+/// What the server running on this cache says of its upstream (`clonestage status`):
+/// `URL (instance "NAME", write MODE)`, or None when it has none.
+pub fn upstream_description(cache_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(layout::Layout::new(cache_dir).upstream()).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
 }
 
 /// Run the server until SIGTERM/SIGINT (then drain running actions; a second signal cancels).

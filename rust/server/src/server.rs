@@ -8,7 +8,8 @@
 //! running actions finish for `grace`, then cancel the rest (their wrappers get SIGTERM, then
 //! SIGKILL after the kill delay); every work dir is removed as its action ends, results of
 //! cancelled actions are not recorded, so the cache stays consistent. The socket, `tcp-port`
-//! and `tcp.bazelrc` are removed and the lock released last.
+//! and `tcp.bazelrc` are removed, queued upstream uploads get a few seconds
+//! (the rest stays queued for the next server), and the lock is released last.
 
 use crate::ac_store::AcStore;
 use crate::action_cache_service::ActionCacheService;
@@ -40,6 +41,9 @@ use tonic::transport::Server;
 
 /// How long SIGTERM lets running actions finish before cancelling them.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long shutdown lets queued upstream uploads go on; the rest stays queued.
+const UPLOAD_DRAIN: Duration = Duration::from_secs(3);
 
 /// A running server. Dropping it without `shutdown` leaves the listeners running until the
 /// runtime ends.
@@ -155,10 +159,21 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     let state = Arc::new(State::new(
         cache,
         layout.clone(),
-        ac,
+        Arc::new(ac),
         opts.limits,
         exec.clone(),
-    ));
+        opts.upstream.clone(),
+    )?);
+    match &state.upstream {
+        Some(up) => {
+            write_atomically(&layout.upstream(), &format!("{}\n", up.opts.describe()))?;
+            up.start_uploader(state.ac.clone());
+            tracing::info!(upstream = %up.opts.describe(), "upstream cache configured");
+        }
+        None => {
+            let _ = std::fs::remove_file(layout.upstream());
+        }
+    }
     exec.start_janitor().context("start the work-dir janitor")?;
     state.ledger_flush.start();
     let evict = crate::eviction::Limits::new(
@@ -277,6 +292,10 @@ impl ServerHandle {
             exec.prespawn.close_and_wait(Duration::from_secs(5))
         })
         .await;
+        if let Some(up) = &state.upstream {
+            up.drain(UPLOAD_DRAIN).await;
+        }
+        let _ = std::fs::remove_file(self.layout.upstream());
         // Whatever the last actions added, written before the next server can start.
         state.ledger_flush.flush_now().await;
         drop(self.lock);

@@ -1,5 +1,5 @@
 //! What every service shares: the cache and stager (whose ledger holds the counters, flushed
-//! by `ledger_flush`), the action-cache store, the layout of the server's files, the draining
+//! by `ledger_flush`), the action-cache store, the upstream (if any), the layout of the server's files, the draining
 //! flag set on shutdown and the count of background tasks. What one service needs alone it
 //! owns (the execution service its operations, job slots, prespawn pool and janitor;
 //! ByteStream its uploads); the server asks the execution service how busy it is through
@@ -9,6 +9,7 @@ use crate::ac_store::AcStore;
 use crate::activity::Activity;
 use crate::layout::Layout;
 use crate::ledger_flush::LedgerFlush;
+use crate::upstream::Upstream;
 use clonestage_engine::{Cache, Stager};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,7 +18,9 @@ pub(crate) struct State {
     pub cache: Arc<Cache>,
     pub stager: Stager,
     pub layout: Layout,
-    pub ac: AcStore,
+    pub ac: Arc<AcStore>,
+    /// The team's cache behind this one, if any (`upstream`).
+    pub upstream: Option<Arc<Upstream>>,
     /// The execution service's activity (`execution::ExecState`).
     activity: Arc<dyn Activity>,
     draining: AtomicBool,
@@ -31,13 +34,18 @@ impl State {
     pub fn new(
         cache: Arc<Cache>,
         layout: Layout,
-        ac: AcStore,
+        ac: Arc<AcStore>,
         limits: clonestage_engine::stage::TreeLimits,
         activity: Arc<dyn Activity>,
-    ) -> State {
+        upstream: Option<crate::upstream::UpstreamOptions>,
+    ) -> anyhow::Result<State> {
         let stager = Stager::new(cache.clone()).with_limits(limits);
         let ledger_flush = Arc::new(LedgerFlush::new(stager.ledger().clone(), activity.clone()));
-        State {
+        let upstream = match upstream {
+            Some(o) => Some(Upstream::new(o, cache.clone(), stager.ledger().clone())?),
+            None => None,
+        };
+        Ok(State {
             stager,
             cache,
             layout,
@@ -46,7 +54,8 @@ impl State {
             draining: AtomicBool::new(false),
             background: AtomicUsize::new(0),
             ledger_flush,
-        }
+            upstream,
+        })
     }
 
     /// Add one to the server counter `key` (written to stats.json by the ledger's flush, off

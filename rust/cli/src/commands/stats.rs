@@ -13,6 +13,9 @@ pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
         for (p, us) in &pcts {
             v[format!("stage_p{p}_us")] = (*us).into();
         }
+        if let Some(n) = clonestage_server::upstream_queue_len(c.root()) {
+            v["upstream_queue_len"] = n.into();
+        }
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
@@ -45,8 +48,12 @@ pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
         println!("  {k:<10} {v}");
     }
     println!("tampered hardlinked inputs quarantined: {}", s.tampered);
-    let server: Vec<_> = s
-        .extra
+    let mut extra = s.extra.clone();
+    // A gauge, not a counter: what waits in the upload queue now.
+    if let Some(n) = clonestage_server::upstream_queue_len(c.root()) {
+        extra.insert("upstream_queue_len".into(), n);
+    }
+    let server: Vec<_> = extra
         .iter()
         .filter(|(k, _)| !k.starts_with("stage_us_le_"))
         .collect();

@@ -1,5 +1,5 @@
 //! `clonestage status`: whether a server is up for the cache (pid, version, unix socket, TCP
-//! port; never the token), the cache's filesystem, and the method the engine stages by there
+//! port; never the token), its upstream (`upstream: URL (...)` or `upstream: none`), the cache's filesystem, and the method the engine stages by there
 //! and why (its probe of that device, the one the server uses, kept in devices.json). Exit 0
 //! when a ready server holds the cache, 3 when none does (or it is still starting), like
 //! `address` and `stop`.
@@ -54,6 +54,14 @@ pub fn status(cache: &Path) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+    }
+    // The running server's team cache (`--upstream`), as it wrote it at start.
+    match server
+        .as_ref()
+        .and_then(|_| clonestage_server::upstream_description(cache))
+    {
+        Some(d) => println!("upstream: {d}"),
+        None => println!("upstream: none"),
     }
     let c = Arc::new(super::open(cache)?);
     // Actions are staged into <cache>/work; before any server made it, the cache's own

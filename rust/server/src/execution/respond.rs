@@ -1,10 +1,12 @@
 //! One Execute, start to end, one step per function in the order a request goes:
 //!
 //! 1. `check_and_look_up`: check the Action and Command (`action`), then look the action up
-//!    in the action cache unless `skip_cache_lookup` or `do_not_cache` says not to;
+//!    in the action cache (and on a local miss in the upstream's, `upstream`) unless
+//!    `skip_cache_lookup` or `do_not_cache` says not to;
 //! 2. `take_job_slot`: wait for one of the `--jobs` slots (or for shutdown);
 //! 3. `run_and_record`: run it (`run`: stage -> spawn -> outputs) and put a cacheable result
-//!    into the action cache;
+//!    into the action cache (and, with an upstream, queue its upload in the background:
+//!    `enqueue_upload`);
 //! 4. `record_figures`: the action's figures into the stager's ledger (which holds the stage's
 //!    counters, root and estimates already) and the work dir to the janitor, both off the
 //!    response's path;
@@ -39,7 +41,20 @@ enum Checked {
     Ran(Box<(Prepared, Result<Executed, Failure>)>),
 }
 
-/// Drive one Execute to its final response.
+/// Rounds of fetching missing inputs from the upstream before Bazel is told what is missing
+/// (each bounded by the upstream's lookup deadline; a round that fetches nothing ends them).
+const INPUT_FETCH_ROUNDS: usize = 8;
+
+/// How one attempt ended.
+enum Attempt {
+    Done(pb::ExecuteResponse),
+    /// Blobs are missing (answered to Bazel unless the upstream has them).
+    Missing(Failure),
+}
+
+/// Drive one Execute to its final response. With an upstream, blobs the action needs and the
+/// local cache lacks are fetched from it (verified) and the action tried again; only what is
+/// still missing reaches Bazel.
 pub(super) async fn respond(
     state: Arc<State>,
     exec: Arc<ExecState>,
@@ -47,24 +62,54 @@ pub(super) async fn respond(
     req: pb::ExecuteRequest,
     digest: Digest,
 ) -> pb::ExecuteResponse {
+    let mut round = 0;
+    loop {
+        let f = match attempt(&state, &exec, &op, &req, digest).await {
+            Attempt::Done(resp) => return resp,
+            Attempt::Missing(f) => f,
+        };
+        let fetched = match (&state.upstream, &f) {
+            (Some(up), Failure::Missing { digests, .. }) if round < INPUT_FETCH_ROUNDS => {
+                up.fetch_inputs(digests).await
+            }
+            _ => 0,
+        };
+        round += 1;
+        if fetched == 0 {
+            tracing::info!(action = %digest, error = %f.message(), "action refused");
+            state.count("action_errors");
+            return answer::error(&f);
+        }
+        tracing::debug!(action = %digest, fetched, "fetched missing inputs from the upstream; trying again");
+    }
+}
+
+/// Steps 1 to 5 once.
+async fn attempt(
+    state: &Arc<State>,
+    exec: &Arc<ExecState>,
+    op: &Arc<Op>,
+    req: &pb::ExecuteRequest,
+    digest: Digest,
+) -> Attempt {
     let queued = metadata::now();
     let timeline = Timeline {
         queued,
         ..Default::default()
     };
-    let checked = check_and_look_up(&state, &exec, &op, &req, digest, timeline.clone()).await;
+    let checked = check_and_look_up(state, exec, op, req, digest, timeline.clone()).await;
     let (prepared, ran) = match checked {
         Ok(Checked::Hit(hit)) => {
             tracing::debug!(action = %digest, "action cache hit");
-            return answer::cache_hit(hit);
+            return Attempt::Done(answer::cache_hit(hit));
         }
         Ok(Checked::Ran(ran)) => *ran,
         Ok(Checked::Ready(p)) => {
             op.set_stage(pb::execution_stage::Value::Queued);
-            let Some(permit) = take_job_slot(&exec, &op).await else {
-                return answer::error(&Failure::Unavailable(
+            let Some(permit) = take_job_slot(exec, op).await else {
+                return Attempt::Done(answer::error(&Failure::Unavailable(
                     "the server is shutting down; action not started".into(),
-                ));
+                )));
             };
             let ran = {
                 let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
@@ -74,14 +119,18 @@ pub(super) async fn respond(
             drop(permit);
             (p, ran)
         }
+        Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action refused");
             state.count("action_errors");
-            return answer::error(&f);
+            return Attempt::Done(answer::error(&f));
         }
     };
-    match ran {
+    let resp = match ran {
         Ok(ex) => {
+            if cacheable(&prepared, &ex) {
+                enqueue_upload(state, digest, &ex.result);
+            }
             let Executed {
                 result,
                 stats,
@@ -98,14 +147,14 @@ pub(super) async fn respond(
                 failed: stats.exit_code != 0 && !stats.timed_out,
                 timed_out: stats.timed_out,
             };
-            record_figures(&state, &exec, leftovers, figures);
+            record_figures(state, exec, leftovers, figures);
             let ran = answer::Ran {
                 result,
                 stats: &stats,
                 tampered,
                 timeout: prepared.timeout,
             };
-            let resp = answer::ran(&state, ran, &req);
+            let resp = answer::ran(state, ran, req);
             log_ran(digest, &stats, stage_us, queued);
             resp
         }
@@ -114,12 +163,28 @@ pub(super) async fn respond(
             state.count("action_errors");
             answer::host_lacks(&state.cache, &m, req.inline_stderr)
         }
+        Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action failed to run");
             state.count("action_errors");
             answer::error(&f)
         }
-    }
+    };
+    Attempt::Done(resp)
+}
+
+/// The record step's upload: a cacheable result executed here is queued for the upstream
+/// (`--upstream-write executed` or `all`), in the background, never on the response's path.
+fn enqueue_upload(state: &Arc<State>, digest: Digest, result: &pb::ActionResult) {
+    let Some(up) = state
+        .upstream
+        .clone()
+        .filter(|u| u.opts.write != crate::upstream::WriteMode::None)
+    else {
+        return;
+    };
+    let r = result.clone();
+    state.background(move |_| up.enqueue(digest, &r));
 }
 
 /// Step 1 (blocking): check the action, look it up in the action cache, and with a job slot
@@ -136,12 +201,20 @@ async fn check_and_look_up(
     let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
     let skip = req.skip_cache_lookup;
     let (so, se) = (req.inline_stdout, req.inline_stderr);
+    let rt = tokio::runtime::Handle::current();
     blocking(move || {
         let p = action::prepare(&state.cache, digest)?;
         let hit = if skip || p.do_not_cache {
             None
         } else {
-            state.ac.get(&state.cache, &digest)?
+            match state.ac.get(&state.cache, &digest)? {
+                Some(hit) => Some(hit),
+                // Read-through: the team's cache, bounded by its lookup deadline.
+                None => state
+                    .upstream
+                    .as_ref()
+                    .and_then(|up| up.lookup_blocking(&rt, &state.ac, digest)),
+            }
         };
         // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
         if let Some(mut hit) = hit {

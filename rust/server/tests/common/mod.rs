@@ -121,6 +121,7 @@ impl TestServer {
             limits: Default::default(),
             max_size: None,
             evict_every: None,
+            upstream: None,
         }
     }
 
