@@ -32,7 +32,10 @@ up_check_tools() {
   command -v bazel >/dev/null || up_die "no bazel on PATH"
 }
 
-up_track() { echo "$1" >>"$up_tmp/pids"; }
+up_track() { # PID: stopped by up_cleanup; out of the job table, so bash reports no "Killed"
+  echo "$1" >>"$up_tmp/pids"
+  disown "$1" 2>/dev/null
+}
 
 up_cleanup() {
   local pid
@@ -41,7 +44,15 @@ up_cleanup() {
     kill -CONT "$pid" 2>/dev/null
     kill -TERM "$pid" 2>/dev/null
   done <"$up_tmp/pids"
-  sleep 0.5
+  local alive
+  for _ in $(seq 50); do # up to 5 s for SIGTERM
+    alive=0
+    while read -r pid; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done <"$up_tmp/pids"
+    [ "$alive" = 1 ] || break
+    sleep 0.1
+  done
   while read -r pid; do
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
   done <"$up_tmp/pids"
