@@ -6,8 +6,9 @@
 # uploads; Bazel with --remote_cache straight to BuildGrid builds once (its own keys, should
 # they differ). Then ROUNDS rounds, every configuration once per round, in an order rotated
 # by one each round, each after `bazel clean` (its own Bazel output root, so no Bazel server
-# restarts; the clonestage configurations share one cache path, emptied and served by a
-# new `clonestage serve` before each build):
+# restarts; the clonestage configurations share one cache path, emptied (all but the
+# server's port and token, so Bazel's options and analysis cache stay) and served by a new
+# `clonestage serve` before each build):
 #   b-upstream   machine B from clean: empty cache, --upstream BuildGrid (every action
 #                should be an upstream hit)
 #   direct       Bazel --remote_cache=grpc:// to BuildGrid, no clonestage (a team today)
@@ -126,8 +127,13 @@ run() {
   else
     outroot="$up_tmp/bazel-b"
     up_stop_cs "$cache_b"
+    # Empty: CAS, action cache, upstream queue, stats. Kept: server/ (its TCP port and token,
+    # which the restarted server reuses) and launcher/, so Bazel's options stay the same and
+    # its server keeps its analysis cache, as for the direct and local builds (a new token
+    # per build would discard it and cost the clonestage rows seconds that are no upstream's).
     chmod -R u+w "$cache_b" 2>/dev/null
-    rm -rf "$cache_b" "$cache_b.serve.log"
+    find "$cache_b" -mindepth 1 -maxdepth 1 ! -name server ! -name launcher -exec rm -rf {} +
+    rm -f "$cache_b.serve.log"
     up_start_cs "$cache_b" "${serve[@]}"
     cs=$cs_pid
     up_bazel "$cache_b" "$outroot" "$logs/$c-$r-clean.log" clean
