@@ -32,6 +32,9 @@ pub(crate) struct Upstream {
     queue: write_behind::Queue,
     /// Whether the last read call failed (so only the first failure of a run warns).
     warned: AtomicBool,
+    /// Actions the upstream did not have a moment ago (`read_through::RECENT_MISS`): Bazel's
+    /// Execute right after its GetActionResult does not ask twice.
+    recent_misses: std::sync::Mutex<std::collections::HashMap<Digest, std::time::Instant>>,
 }
 
 impl Upstream {
@@ -64,6 +67,7 @@ impl Upstream {
             cache,
             queue,
             warned: AtomicBool::new(false),
+            recent_misses: Default::default(),
         }))
     }
 

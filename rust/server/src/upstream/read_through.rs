@@ -6,7 +6,8 @@
 //! bytes do not match, is rejected (`upstream_rejected`), not stored, and answered as a miss;
 //! blobs of it already fetched and verified stay (they are correct content, evictable).
 //! Small blobs come by BatchReadBlobs, larger ones by ByteStream.Read. Every lookup, blobs
-//! included, is bounded by twice the timeout; with the breaker open nothing is asked.
+//! included, is bounded by twice the timeout; with the breaker open nothing is asked, nor for
+//! an action the upstream did not have in the last `RECENT_MISS`.
 
 use super::Upstream;
 use crate::ac_store::AcStore;
@@ -21,6 +22,28 @@ use tonic::Status;
 const BATCH_BLOB_MAX: u64 = 1 << 20;
 /// Bytes asked for in one BatchReadBlobs (under the 4 MiB a server commonly allows).
 const BATCH_BYTES: u64 = 3 << 20;
+
+/// How long an upstream miss is remembered: Bazel asks GetActionResult, uploads inputs and
+/// calls Execute, whose lookup would otherwise ask the upstream a second time.
+const RECENT_MISS: std::time::Duration = std::time::Duration::from_secs(10);
+/// Misses remembered at most (older ones are forgotten first when it is full).
+const RECENT_MISS_MAX: usize = 10_000;
+
+fn missed_recently(up: &Upstream, action: &Digest) -> bool {
+    let m = up.recent_misses.lock().unwrap();
+    m.get(action).is_some_and(|t| t.elapsed() < RECENT_MISS)
+}
+
+fn note_miss(up: &Upstream, action: Digest) {
+    let mut m = up.recent_misses.lock().unwrap();
+    if m.len() >= RECENT_MISS_MAX {
+        m.retain(|_, t| t.elapsed() < RECENT_MISS);
+        if m.len() >= RECENT_MISS_MAX {
+            m.clear();
+        }
+    }
+    m.insert(action, Instant::now());
+}
 
 /// Why fetching failed.
 pub(super) enum FetchError {
@@ -41,7 +64,7 @@ pub(super) async fn lookup(
     ac: &AcStore,
     action: Digest,
 ) -> Option<pb::ActionResult> {
-    if !up.breaker.allow() {
+    if missed_recently(up, &action) || !up.breaker.allow() {
         return None;
     }
     let deadline = Instant::now() + up.lookup_deadline();
@@ -56,6 +79,7 @@ pub(super) async fn lookup(
     match found {
         Ok(Found::Miss) => {
             up.read_ok();
+            note_miss(up, action);
             up.count("upstream_ac_misses");
             None
         }

@@ -3,6 +3,8 @@
 //! or built once from ../cc with g++).
 #![allow(dead_code)]
 
+pub mod fake_upstream;
+
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream::byte_stream_client::ByteStreamClient;
 use bazel_remote_apis::google::longrunning::{operation, Operation};
@@ -110,6 +112,32 @@ impl TestServer {
             dir,
             handle: Some(handle),
         }
+    }
+
+    /// A server on a fresh temp cache with `upstream` behind it.
+    pub async fn start_upstream(upstream: clonestage_server::UpstreamOptions) -> TestServer {
+        let dir = tempfile::Builder::new()
+            .prefix("cs-srv")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let mut opts = Self::opts(dir.path(), 2);
+        opts.upstream = Some(upstream);
+        let handle = clonestage_server::start(opts).await.expect("server starts");
+        TestServer {
+            dir,
+            handle: Some(handle),
+        }
+    }
+
+    /// Start again on the same cache (after `stop`), with `upstream`.
+    pub async fn restart(&mut self, upstream: Option<clonestage_server::UpstreamOptions>) {
+        let mut opts = Self::opts(self.dir.path(), 2);
+        opts.upstream = upstream;
+        self.handle = Some(
+            clonestage_server::start(opts)
+                .await
+                .expect("server restarts"),
+        );
     }
 
     pub fn opts(dir: &Path, jobs: usize) -> ServeOptions {
