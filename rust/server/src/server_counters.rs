@@ -11,6 +11,8 @@
 //! - `action_exec_us_total`: wall time of executed commands (measured by the wrapper);
 //!   `action_spawn_us_total`: the same plus the wrapper's own start and end, as the server
 //!   saw it; `action_serve_us_total`: from accepting each Execute to its response;
+//! - `upstream_*`: the team's cache behind this one (`upstream`, docs/upstream.md lists them);
+//!   absent without `--upstream`;
 //! - `stage_us_le_<N>` (and `stage_us_le_inf`): how many stagings took at most N µs, a fixed
 //!   histogram that `stage_percentiles` turns into p50/p90/p99.
 
