@@ -132,7 +132,7 @@ run() {
     # its server keeps its analysis cache, as for the direct and local builds (a new token
     # per build would discard it and cost the clonestage rows seconds that are no upstream's).
     chmod -R u+w "$cache_b" 2>/dev/null
-    find "$cache_b" -mindepth 1 -maxdepth 1 ! -name server ! -name launcher -exec rm -rf {} +
+    [ -d "$cache_b" ] && find "$cache_b" -mindepth 1 -maxdepth 1 ! -name server ! -name launcher -exec rm -rf {} +
     rm -f "$cache_b.serve.log"
     up_start_cs "$cache_b" "${serve[@]}"
     cs=$cs_pid

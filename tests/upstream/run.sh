@@ -5,8 +5,9 @@
 # developers. Bazel 4.2.3 builds examples/swiftlike (--config=ci, SwiftCompile-like
 # actions plus the C++ "compiler" they run) through the launcher:
 #
-#   1. A builds with --upstream: every action executes on A; write-behind empties its
-#      queue; every result in A's local action cache is in BuildGrid, equal, with all its
+#   1. A builds, its server started by the launcher with the upstream from the user's
+#      config file (upstream.env; `clonestage status` shows it): every action executes on
+#      A; write-behind empties its queue; every result in A's local action cache is in BuildGrid, equal, with all its
 #      blobs (asked with Python grpcio, tests/upstream/reapi_check.py, not clonestage);
 #   2. B (empty cache, fresh output base) builds: every cacheable action comes from the
 #      upstream (B's upstream_ac_hits == the results A executed, B executed 0), the outputs
@@ -82,8 +83,11 @@ upstream="grpc://127.0.0.1:$bgd_port"
 
 # --- 1. machine A builds and uploads ---------------------------------------------------
 
+# A's server is the one the launcher starts, with the upstream from the user's config file
+# (${XDG_CONFIG_HOME}/clonestage/upstream.env), as on a developer's machine.
 cache_a="$up_tmp/cache-a"
-up_start_cs "$cache_a" --upstream "$upstream"
+mkdir -p "$up_tmp/xdg/clonestage"
+printf '# machine A: writes (the default)\nCLONESTAGE_UPSTREAM=%s\n' "$upstream" >"$up_tmp/xdg/clonestage/upstream.env"
 t0=$SECONDS
 if up_bazel "$cache_a" "$root_a" "$logs/a.log" "${build_flags[@]}"; then
   pass "A: build green ($((SECONDS - t0))s)"
@@ -91,7 +95,11 @@ else
   fail "A: build green" "$(tail_of "$logs/a.log")"
   exit 1
 fi
+rm -f "$up_tmp/xdg/clonestage/upstream.env" # B's servers are started here, with flags
 up_outputs "$up_tmp/outputs-a"
+status_a="$("$up_cs" --cache "$cache_a" status 2>&1 | grep '^upstream:')"
+expect "A: the launcher started the server with the config file's upstream ($status_a)" \
+  "$(tail_of "$cache_a/launcher/serve.log")" [ "$status_a" = "upstream: $upstream (instance \"\", write executed)" ]
 n="$(up_ac_entries "$cache_a")"
 expect "A: executed cacheable actions ($n results in its action cache)" "none" [ "$n" -gt 0 ]
 if up_drain "$cache_a"; then
