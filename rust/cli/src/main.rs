@@ -268,9 +268,8 @@ fn main() -> ExitCode {
             },
             max_size,
             evict_every: evict_every.map(std::time::Duration::from_secs),
-            upstream: match upstream.filter(|u| !u.is_empty()) {
-                None => None,
-                Some(url) => Some(clonestage_server::UpstreamOptions {
+            upstream: upstream.filter(|u| !u.is_empty()).map(|url| {
+                clonestage_server::UpstreamOptions {
                     instance: upstream_instance,
                     auth_file: upstream_auth_file,
                     auth_helper: upstream_auth_helper,
@@ -278,8 +277,8 @@ fn main() -> ExitCode {
                     timeout: std::time::Duration::from_millis(upstream_timeout_ms),
                     queue_max: upstream_queue_max,
                     ..clonestage_server::UpstreamOptions::new(&url)
-                }),
-            },
+                }
+            }),
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {

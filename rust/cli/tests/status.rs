@@ -1,6 +1,7 @@
 //! `clonestage status` (up/down, pid, version, transport without the token, the cache's
 //! filesystem and staging method with its reason), the server's version file, and
-//! `address --same-version` (what tools/bazel restarts a server of another version by).
+//! `address --same-version` (what tools/bazel restarts a server of another version by), and
+//! the upstream's line and flags read from the environment (how the launcher passes them).
 
 mod common;
 
@@ -61,6 +62,7 @@ fn status_says_down_then_up_with_pid_version_and_transport_but_never_the_token()
     );
     assert!(text.contains("staging: "), "{text}");
     assert!(text.contains("  why: on "), "{text}");
+    assert!(text.contains("\nupstream: none\n"), "{text}");
 
     stop(&cache, server);
     let down = cs(&cache, &["status"]);
@@ -145,4 +147,60 @@ fn status_names_the_filesystem_and_the_method_chosen_there() {
     let t = tempfile::tempdir().unwrap();
     let o = cs(t.path(), &["status"]);
     assert!(stdout(&o).contains("staging: "), "{o:?}");
+}
+
+#[test]
+fn status_names_the_upstream_given_by_environment_and_a_bad_url_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(&cache)
+        .args(["serve", "--spawn", "/bin/true"])
+        .env("CLONESTAGE_UPSTREAM", "https://team-cache:443")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(
+        common::stderr(&bad).contains("\"https://team-cache:443\""),
+        "{bad:?}"
+    );
+
+    // Nothing listens there: the server starts anyway (it dials lazily).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_clonestage"))
+        .arg("--cache")
+        .arg(&cache)
+        .args(["serve", "--spawn", "/bin/true", "--jobs", "1"])
+        .env("CLONESTAGE_PRESPAWN", "0")
+        .env("CLONESTAGE_UPSTREAM", format!("grpc://127.0.0.1:{port}"))
+        .env("CLONESTAGE_UPSTREAM_INSTANCE", "team/main")
+        .env("CLONESTAGE_UPSTREAM_WRITE", "none")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !cs(&cache, &["address"]).status.success() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "server never ready"
+        );
+        assert!(server.try_wait().unwrap().is_none(), "serve ended early");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = stdout(&cs(&cache, &["status"]));
+    assert!(
+        text.contains(&format!(
+            "\nupstream: grpc://127.0.0.1:{port} (instance \"team/main\", write none)\n"
+        )),
+        "{text}"
+    );
+    let json = stdout(&cs(&cache, &["stats", "--json"]));
+    assert!(json.contains("\"upstream_queue_len\":0"), "{json}");
+    stop(&cache, server);
+    assert!(stdout(&cs(&cache, &["status"])).contains("upstream: none"));
 }

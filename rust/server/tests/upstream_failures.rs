@@ -160,3 +160,15 @@ async fn a_result_naming_a_missing_blob_is_rejected() {
     assert!(k["upstream_rejected"] >= 3, "{k:?}");
     assert_eq!(k.get("upstream_ac_hits"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcs_to_a_plaintext_server_fails_cleanly() {
+    // The TLS path is taken (handshake against a server that speaks plain HTTP/2) and fails
+    // as an upstream error: no panic, builds green.
+    let up = FakeUpstream::start().await;
+    let url = up.url.replace("grpc://", "grpcs://");
+    let k = four_builds(&url, |_| {}).await;
+    assert_eq!(k["actions"], 4);
+    assert!(k["upstream_errors"] >= 3, "{k:?}");
+    assert_eq!(up.calls("GetActionResult"), 0);
+}

@@ -323,3 +323,51 @@ async fn auth_headers_reach_the_upstream_and_a_loose_file_is_refused() {
     assert!(h.contains(&"x-team-token: s3cret".to_string()), "{h:?}");
     assert!(h.contains(&"x-from-helper: h1".to_string()), "{h:?}");
 }
+
+/// A server whose upstream is down, keeping its cache within one byte.
+async fn tiny_cache_server(write: WriteMode) -> TestServer {
+    let dir = tempfile::Builder::new()
+        .prefix("cs-srv")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut o = TestServer::opts(dir.path(), 2);
+    o.max_size = Some(1);
+    o.evict_every = Some(Duration::from_secs(3600));
+    o.upstream = Some(UpstreamOptions {
+        write,
+        ..opts(&down_url())
+    });
+    let handle = clonestage_server::start(o).await.expect("server starts");
+    TestServer {
+        dir,
+        handle: Some(handle),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_uploads_pin_their_blobs_against_eviction() {
+    for write in [WriteMode::Executed, WriteMode::None] {
+        let mut s = tiny_cache_server(write).await;
+        let mut c = s.clients().await;
+        let act = action(&mut c, "pinned").await;
+        let (_, resp) = c.execute(act, false).await;
+        let r = resp.result.unwrap();
+        let big = r.output_files.iter().find(|f| f.path == "out/big").unwrap();
+        let big = Digest::from_proto(big.digest.as_ref().unwrap()).unwrap();
+        s.idle().await;
+        if write == WriteMode::Executed {
+            let entry =
+                s.cache()
+                    .join("upstream/queue")
+                    .join(format!("{}-{}", act.hex(), act.size));
+            wait_file(&entry).await;
+        }
+        s.handle().evict_now().await.expect("eviction ran");
+        let kept = clonestage_engine::Cache::open(&s.cache())
+            .unwrap()
+            .contains(&big);
+        // Without a queued upload nothing holds it: the same eviction removes it.
+        assert_eq!(kept, write == WriteMode::Executed, "write {write:?}");
+        s.stop().await;
+    }
+}

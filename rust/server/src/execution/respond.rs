@@ -47,7 +47,7 @@ const INPUT_FETCH_ROUNDS: usize = 8;
 
 /// How one attempt ended.
 enum Attempt {
-    Done(pb::ExecuteResponse),
+    Done(Box<pb::ExecuteResponse>),
     /// Blobs are missing (answered to Bazel unless the upstream has them).
     Missing(Failure),
 }
@@ -65,7 +65,7 @@ pub(super) async fn respond(
     let mut round = 0;
     loop {
         let f = match attempt(&state, &exec, &op, &req, digest).await {
-            Attempt::Done(resp) => return resp,
+            Attempt::Done(resp) => return *resp,
             Attempt::Missing(f) => f,
         };
         let fetched = match (&state.upstream, &f) {
@@ -101,15 +101,15 @@ async fn attempt(
     let (prepared, ran) = match checked {
         Ok(Checked::Hit(hit)) => {
             tracing::debug!(action = %digest, "action cache hit");
-            return Attempt::Done(answer::cache_hit(hit));
+            return Attempt::Done(Box::new(answer::cache_hit(hit)));
         }
         Ok(Checked::Ran(ran)) => *ran,
         Ok(Checked::Ready(p)) => {
             op.set_stage(pb::execution_stage::Value::Queued);
             let Some(permit) = take_job_slot(exec, op).await else {
-                return Attempt::Done(answer::error(&Failure::Unavailable(
+                return Attempt::Done(Box::new(answer::error(&Failure::Unavailable(
                     "the server is shutting down; action not started".into(),
-                )));
+                ))));
             };
             let ran = {
                 let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
@@ -123,7 +123,7 @@ async fn attempt(
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action refused");
             state.count("action_errors");
-            return Attempt::Done(answer::error(&f));
+            return Attempt::Done(Box::new(answer::error(&f)));
         }
     };
     let resp = match ran {
@@ -170,7 +170,7 @@ async fn attempt(
             answer::error(&f)
         }
     };
-    Attempt::Done(resp)
+    Attempt::Done(Box::new(resp))
 }
 
 /// The record step's upload: a cacheable result executed here is queued for the upstream

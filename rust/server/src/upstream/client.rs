@@ -1,4 +1,5 @@
-//! The channel to the upstream and the REAPI calls clonestage makes on it, each carrying the
+//! The channel to the upstream (TLS with the system's roots for `grpcs://`) and the REAPI
+//! calls clonestage makes on it, each carrying the
 //! credentials' headers and the instance name. The channel connects lazily (a down upstream
 //! costs no start-up time) with connection attempts bounded by the timeout; callers bound
 //! whole operations (`tokio::time::timeout`), which also covers an upstream that accepts and
@@ -32,8 +33,14 @@ impl Client {
         creds: Arc<Credentials>,
         timeout: Duration,
     ) -> anyhow::Result<Client> {
-        let channel = Endpoint::from_shared(uri.to_string())
-            .map_err(|e| anyhow::anyhow!("--upstream: {uri}: {e}"))?
+        let mut endpoint = Endpoint::from_shared(uri.to_string())
+            .map_err(|e| anyhow::anyhow!("--upstream: {uri}: {e}"))?;
+        if uri.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots())
+                .map_err(|e| anyhow::anyhow!("--upstream: TLS for {uri}: {e}"))?;
+        }
+        let channel = endpoint
             .connect_timeout(timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))

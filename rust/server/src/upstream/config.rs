@@ -1,5 +1,5 @@
 //! The upstream's settings (`clonestage serve --upstream*`, docs/upstream.md): the URL
-//! (`grpc://HOST:PORT`; `grpcs://` is refused until this build has TLS), the instance name,
+//! (`grpc://HOST:PORT`, or `grpcs://HOST:PORT`: TLS with the system's roots), the instance name,
 //! who may write, the timeout, the queue's bound, and the auth file, which is refused unless
 //! it is a regular file of the server's uid with no group/other bits. Header values are never
 //! logged or put in an error.
@@ -43,7 +43,7 @@ impl WriteMode {
 /// Options of `clonestage serve` for the upstream.
 #[derive(Debug, Clone)]
 pub struct UpstreamOptions {
-    /// `grpc://HOST:PORT` (`grpcs://` is refused at start in this build).
+    /// `grpc://HOST:PORT` or `grpcs://HOST:PORT` (TLS, the system's roots).
     pub url: String,
     /// The upstream's REAPI instance_name.
     pub instance: String,
@@ -85,19 +85,16 @@ impl UpstreamOptions {
     }
 }
 
-/// The `http://HOST:PORT` tonic connects to for `url`.
+/// The `http://HOST:PORT` (or, for `grpcs://`, `https://HOST:PORT`) tonic connects to.
 pub(crate) fn endpoint_uri(url: &str) -> Result<String> {
     let (scheme, rest) = url
         .split_once("://")
         .with_context(|| format!("--upstream {url:?}: expected grpc://HOST:PORT"))?;
-    match scheme {
-        "grpc" => {}
-        "grpcs" => bail!(
-            "--upstream {url:?}: grpcs:// (TLS) is not built into this clonestage yet; \
-             use grpc:// on a trusted network or a local TLS proxy"
-        ),
+    let http = match scheme {
+        "grpc" => "http",
+        "grpcs" => "https",
         _ => bail!("--upstream {url:?}: expected grpc://HOST:PORT or grpcs://HOST:PORT"),
-    }
+    };
     let hostport = rest.strip_suffix('/').unwrap_or(rest);
     let ok = match hostport.rsplit_once(':') {
         Some((host, port)) => {
@@ -111,7 +108,7 @@ pub(crate) fn endpoint_uri(url: &str) -> Result<String> {
     if !ok {
         bail!("--upstream {url:?}: expected grpc://HOST:PORT (a host and a port, nothing else)");
     }
-    Ok(format!("http://{hostport}"))
+    Ok(format!("{http}://{hostport}"))
 }
 
 /// A header sent upstream.
@@ -193,10 +190,7 @@ mod tests {
             let e = endpoint_uri(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{e}");
         }
-        assert!(endpoint_uri("grpcs://h:1")
-            .unwrap_err()
-            .to_string()
-            .contains("TLS"));
+        assert_eq!(endpoint_uri("grpcs://h:1").unwrap(), "https://h:1");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! calls), `breaker` (stop asking a failing upstream for a while), `read_through` (a local
 //! miss asks the upstream; what it names is fetched and verified into the local cache) and
 //! `write_behind` (results executed here go upstream from a bounded persistent queue, off the
-//! response's path). `Upstream` ties them and counts into the stager's ledger (the
+//! response's path; `upload` is one upload). `Upstream` ties them and counts into the stager's ledger (the
 //! `upstream_*` counters of `clonestage stats`, absent without `--upstream`).
 
 mod breaker;
@@ -11,6 +11,7 @@ mod client;
 pub(crate) mod config;
 mod credentials;
 mod read_through;
+mod upload;
 mod write_behind;
 
 pub use config::{UpstreamOptions, WriteMode};

@@ -53,12 +53,6 @@ pub(super) enum FetchError {
     Lie(String),
 }
 
-/// What one lookup found.
-enum Found {
-    Miss,
-    Hit(pb::ActionResult),
-}
-
 pub(super) async fn lookup(
     up: &Upstream,
     ac: &AcStore,
@@ -77,13 +71,13 @@ pub(super) async fn lookup(
         Ok(r) => r,
     };
     match found {
-        Ok(Found::Miss) => {
+        Ok(None) => {
             up.read_ok();
             note_miss(up, action);
             up.count("upstream_ac_misses");
             None
         }
-        Ok(Found::Hit(r)) => {
+        Ok(Some(r)) => {
             up.read_ok();
             if let Err(f) = ac.put(&action, &r) {
                 tracing::warn!(action = %action, error = %f.message(), "cannot store the upstream's result locally");
@@ -104,14 +98,18 @@ pub(super) async fn lookup(
     }
 }
 
-async fn find(up: &Upstream, action: Digest, deadline: Instant) -> Result<Found, FetchError> {
+async fn find(
+    up: &Upstream,
+    action: Digest,
+    deadline: Instant,
+) -> Result<Option<pb::ActionResult>, FetchError> {
     let r = up
         .client
         .get_action_result(&action)
         .await
         .map_err(|s| FetchError::Call(status_text(&s)))?;
     let Some(r) = r else {
-        return Ok(Found::Miss);
+        return Ok(None);
     };
     // Outputs first: a Tree must be here before the files it lists can be known.
     let mut direct = Vec::new();
@@ -164,7 +162,7 @@ async fn find(up: &Upstream, action: Digest, deadline: Instant) -> Result<Found,
         }
     }
     fetch_all(up, &files, deadline).await?;
-    Ok(Found::Hit(r))
+    Ok(Some(r))
 }
 
 fn status_text(s: &Status) -> String {

@@ -1,0 +1,176 @@
+//! One upload of the write-behind queue (`write_behind`): the result from the local action
+//! cache, FindMissingBlobs upstream, the missing blobs (BatchUpdateBlobs for small ones,
+//! ByteStream.Write streamed from the local file for large ones), then UpdateActionResult.
+//! Each call's deadline grows with the bytes it carries.
+
+use super::Upstream;
+use crate::ac_store::AcStore;
+use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use clonestage_engine::{Cache, Digest};
+use prost::Message;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Blobs above this size go by ByteStream.Write.
+const BATCH_BLOB_MAX: u64 = 1 << 20;
+const BATCH_BYTES: u64 = 3 << 20;
+
+/// Why one upload did not finish.
+pub(super) enum UploadError {
+    /// Worth retrying (the upstream failed).
+    Retry(String),
+    /// Never will (the local result or a blob is gone).
+    Drop(String),
+}
+
+/// Every blob `r` names, the files of its output trees included (trees read from `cache`).
+pub(super) fn result_blobs(cache: &Cache, r: &pb::ActionResult) -> Vec<Digest> {
+    let mut out = Vec::new();
+    let mut push = |d: Option<&pb::Digest>| {
+        if let Some(Ok(d)) = d.map(Digest::from_proto) {
+            if !d.is_empty() {
+                out.push(d);
+            }
+        }
+    };
+    push(r.stdout_digest.as_ref());
+    push(r.stderr_digest.as_ref());
+    for f in &r.output_files {
+        push(f.digest.as_ref());
+    }
+    let mut trees = Vec::new();
+    for d in &r.output_directories {
+        push(d.tree_digest.as_ref());
+        push(d.root_directory_digest.as_ref());
+        if let Some(Ok(t)) = d.tree_digest.as_ref().map(Digest::from_proto) {
+            trees.push(t);
+        }
+    }
+    for t in trees {
+        let Some(tree) = cache
+            .read(&t)
+            .ok()
+            .flatten()
+            .and_then(|b| pb::Tree::decode(b.as_slice()).ok())
+        else {
+            continue;
+        };
+        for dir in tree.root.iter().chain(tree.children.iter()) {
+            for f in &dir.files {
+                push(f.digest.as_ref());
+            }
+        }
+    }
+    out.sort_by_key(|d| (d.hash, d.size));
+    out.dedup();
+    out
+}
+
+/// Deadline of one upload call: twice the timeout plus a second per MiB.
+fn call_timeout(up: &Upstream, bytes: u64) -> Duration {
+    up.opts.timeout * 2 + Duration::from_secs(bytes >> 20)
+}
+
+pub(super) async fn upload_one(
+    up: &Upstream,
+    ac: &Arc<AcStore>,
+    action: Digest,
+) -> Result<(), UploadError> {
+    let (cache, ac2) = (up.cache.clone(), ac.clone());
+    let (result, blobs) = tokio::task::spawn_blocking(move || {
+        let r = ac2.get(&cache, &action).ok().flatten()?;
+        let blobs = result_blobs(&cache, &r);
+        Some((r, blobs))
+    })
+    .await
+    .map_err(|e| UploadError::Retry(format!("worker task failed: {e}")))?
+    .ok_or_else(|| UploadError::Drop("its result (or a blob of it) left the local cache".into()))?;
+    let missing = up
+        .client
+        .find_missing(&blobs, call_timeout(up, 0))
+        .await
+        .map_err(|s| UploadError::Retry(format!("FindMissingBlobs: {}", s.message())))?;
+    let (small, large): (Vec<Digest>, Vec<Digest>) =
+        missing.into_iter().partition(|d| d.size <= BATCH_BLOB_MAX);
+    let mut batch: Vec<(Digest, Vec<u8>)> = Vec::new();
+    let mut bytes = 0u64;
+    for (i, d) in small.iter().enumerate() {
+        let cache = up.cache.clone();
+        let d = *d;
+        let data = tokio::task::spawn_blocking(move || cache.read(&d))
+            .await
+            .map_err(|e| UploadError::Retry(format!("worker task failed: {e}")))?
+            .map_err(|e| UploadError::Retry(format!("reading {d}: {e}")))?
+            .ok_or_else(|| UploadError::Drop(format!("blob {d} left the local cache")))?;
+        bytes += data.len() as u64;
+        batch.push((d, data));
+        if bytes >= BATCH_BYTES || i + 1 == small.len() {
+            let n = batch.len() as u64;
+            up.client
+                .batch_update(std::mem::take(&mut batch), call_timeout(up, bytes))
+                .await
+                .map_err(|s| UploadError::Retry(format!("BatchUpdateBlobs: {}", s.message())))?;
+            up.add("upstream_blobs_uploaded", n);
+            up.add("upstream_bytes_uploaded", bytes);
+            bytes = 0;
+        }
+    }
+    for d in large {
+        write_large(up, &d).await?;
+        up.count("upstream_blobs_uploaded");
+        up.add("upstream_bytes_uploaded", d.size);
+    }
+    up.client
+        .update_action_result(&action, result, call_timeout(up, 0))
+        .await
+        .map_err(|s| UploadError::Retry(format!("UpdateActionResult: {}", s.message())))
+}
+
+/// Stream one large blob from the local cache (chunks read on the blocking pool).
+async fn write_large(up: &Upstream, d: &Digest) -> Result<(), UploadError> {
+    use std::io::Read;
+    let file = up
+        .cache
+        .open_blob(d)
+        .map_err(|e| UploadError::Retry(format!("opening {d}: {e}")))?
+        .ok_or_else(|| UploadError::Drop(format!("blob {d} left the local cache")))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut f = file;
+        loop {
+            let mut buf = vec![0u8; 1 << 20];
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                return Ok::<(), std::io::Error>(());
+            }
+            buf.truncate(n);
+            if tx.blocking_send(buf).is_err() {
+                return Ok(());
+            }
+        }
+    });
+    let id = format!("{:016x}", rand_id());
+    let r = up
+        .client
+        .write_stream(d, &id, rx, call_timeout(up, d.size))
+        .await;
+    let read = reader.await;
+    r.map_err(|s| UploadError::Retry(format!("ByteStream.Write {d}: {}", s.message())))?;
+    match read {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(UploadError::Retry(format!("reading {d}: {e}"))),
+        Err(e) => Err(UploadError::Retry(format!("worker task failed: {e}"))),
+    }
+}
+
+/// An upload id unique enough for ByteStream (time and a counter; not a secret).
+fn rand_id() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ (SEQ.fetch_add(1, Ordering::Relaxed) << 48) ^ std::process::id() as u64
+}
