@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pkgs=(bazel-bootstrap bazel-skylib bazel-platforms libgtest-dev googletest
-      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck)
+      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -43,6 +43,21 @@ if ! "$TOOLS/venv/bin/python" -c 'import grpc, google.protobuf, zstandard' >/dev
     mkdir -p "$TOOLS"
     [ -x "$TOOLS/venv/bin/pip" ] || python3 -m venv "$TOOLS/venv"
     "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' 'protobuf>=4,<7' 'zstandard>=0.22,<1' >/dev/null
+fi
+# BuildGrid 0.4.4, the real REAPI cache tests/upstream starts as clonestage's upstream
+# (issue 14), in its own Python 3.11 venv: Debian 12's python3 is 3.11 (/usr/bin/python3.11,
+# packages python3.11 and python3.11-venv above); a pyenv or other python3.11 on PATH also does.
+if ! "$TOOLS/bgd-venv/bin/bgd" --help >/dev/null 2>&1; then
+    py311=/usr/bin/python3.11
+    [ -x "$py311" ] || py311="$(command -v python3.11 || true)"
+    if [ -z "$py311" ]; then
+        echo "install: python3.11 not found (apt-get install python3.11 python3.11-venv): BuildGrid needs it" >&2
+        exit 1
+    fi
+    log "pip install buildgrid==0.4.4 into $TOOLS/bgd-venv ($py311)"
+    mkdir -p "$TOOLS"
+    [ -x "$TOOLS/bgd-venv/bin/pip" ] || "$py311" -m venv "$TOOLS/bgd-venv"
+    "$TOOLS/bgd-venv/bin/pip" install -q --disable-pip-version-check 'buildgrid==0.4.4' >/dev/null
 fi
 # The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
 if ! cargo fuzz --help >/dev/null 2>&1; then

@@ -225,6 +225,9 @@ test_tcp_choice_from_env_bazelversion_and_version_query() {
   check "'bazel 8.2.1' means the socket" args_are build "$UNIX_FLAG" //x
 }
 
+# shellcheck source=tests/launcher/upstream_tests.sh
+source "$here/upstream_tests.sh"
+
 mode_of() { stat -c %a "$1" 2>/dev/null || stat -f %Lp "$1"; }
 no_token_in_args() { ! grep -q secret-token "$T/bazel-args"; }
 
@@ -782,6 +785,11 @@ tests=(
   test_finds_real_bazel_on_path_without_looping
   test_wrapper_reentry_adds_flags_once
   test_fast_path_overhead
+  test_upstream_env_reaches_serve
+  test_upstream_config_file_outside_the_workspace
+  test_upstream_auth_file_inside_the_workspace_is_refused
+  test_running_server_with_another_upstream_is_kept_and_named_once
+  test_server_started_elsewhere_with_unknown_upstream_is_named_once
 )
 if [ $# -gt 0 ]; then tests=("$@"); fi
 for t in "${tests[@]}"; do
