@@ -24,6 +24,12 @@
 #        sandboxed   CLONESTAGE_DISABLE=1 bazel build --spawn_strategy=sandboxed
 #        clonestage  bazel build --config=clonestage (launcher, warm server and CAS)
 #      targets (issue 3): clonestage within 1.1x of local; sandboxed reported;
+#      the local and clonestage builds run with --profile, and split.py splits
+#      each action's extra time under clonestage against local into Bazel's own
+#      remote-execution cost (Merkle tree, FindMissingBlobs/uploads, downloads),
+#      the Execute call's transport, clonestage's share (Execute accepted to
+#      response minus the command, from the server's debug log) and the
+#      command's own difference, per action, medians (issue 15);
 #   4. ROUNDS rounds of a rebuild of //... after `bazel clean` with an
 #      unchanged salt: clonestage (every action, the compiler's too, served from
 #      its action cache) against local (everything runs again), alternating;
@@ -33,8 +39,13 @@
 # build succeeded. Usage: tests/perf/large.sh [ROUNDS] (default 3; about
 # 8 minutes on 2 cores, the first run in an output base also writes the SDK).
 # Environment: PERF_WORK_MS; PERF_STAGING_ONLY=1 runs section 1 alone (with
-# PERF_DIR on another filesystem: that filesystem's staging figures); and see
-# lib.sh (CLONESTAGE_BIN, CLONESTAGE_SPAWN, PERF_DIR, PERF_KEEP).
+# PERF_DIR on another filesystem: that filesystem's staging figures);
+# PERF_SPLIT_ONLY=1 runs sections 2 and 3 with local and clonestage alone
+# (alternating; no sandboxed, no staging or rebuild sections), for the split;
+# PERF_OUTPUT_USER_ROOT, Bazel's --output_user_root for every command (then
+# `bazel --output_user_root=... shutdown` is yours to run); and see lib.sh
+# (CLONESTAGE_BIN, CLONESTAGE_SPAWN, PERF_DIR, PERF_KEEP). The traces and the
+# server's lines of each round stay in PERF_DIR/split/ (with PERF_KEEP=1).
 set -euo pipefail
 
 perf_name=large
@@ -47,6 +58,13 @@ case "$work_ms" in
   '' | *[!0-9]*) perf_die "PERF_WORK_MS must be a number, not '$work_ms'" ;;
 esac
 staging_only="${PERF_STAGING_ONLY:-0}"
+split_only="${PERF_SPLIT_ONLY:-0}"
+startup=()
+if [ -n "${PERF_OUTPUT_USER_ROOT:-}" ]; then startup=("--output_user_root=$PERF_OUTPUT_USER_ROOT"); fi
+bazel() { command bazel "${startup[@]}" "$@"; }
+# The server logs each executed action's phases ("action phases", "action ran") at debug:
+# split.py reads clonestage's per-action figures from them.
+export CLONESTAGE_LOG="${CLONESTAGE_LOG:-info},clonestage_server::execution::run=debug,clonestage_server::execution::respond=debug"
 ws="$perf_checkout/tests/perf/large"
 cd "$ws"
 
@@ -62,7 +80,7 @@ new_salt() {
   printf 'large %s %s %s\n' "$$" "$(date +%s%N)" "$salt_n" >"$ws/salt.txt"
 }
 
-# bazel build with the configuration $1 and targets $2...
+# bazel build with the configuration $1 and targets (and flags) $2...
 build() {
   local config="$1"
   shift
@@ -103,10 +121,11 @@ staging_line() { # BEFORE AFTER
 header="$(perf_machine)"
 
 # --- 1. staging figures of one action on a fresh cache --------------------------------
-perf_say "staging figures (//lib:A0 three times on a fresh cache)"
 stage_lines=()
 stage_ms=()
+[ "$split_only" = 1 ] || perf_say "staging figures (//lib:A0 three times on a fresh cache)"
 for _ in 1 2 3; do
+  [ "$split_only" = 1 ] && break
   new_salt
   clean
   build clonestage //tools:compiler_for_actions
@@ -135,9 +154,13 @@ if [ "$staging_only" = 1 ]; then
 fi
 read -r sdk_manifest <"$(CLONESTAGE_DISABLE=1 bazel info output_base 2>/dev/null)/external/perf_sdk/MANIFEST"
 
+configs=(local sandboxed clonestage)
+[ "$split_only" = 1 ] && configs=(local clonestage)
+n_configs=${#configs[@]}
+
 # --- 2. warm-up ------------------------------------------------------------------------
 perf_say "warm-up: one build per configuration"
-for c in local sandboxed clonestage; do
+for c in "${configs[@]}"; do
   new_salt
   clean
   build "$c" //...
@@ -148,90 +171,136 @@ shape="$(for f in bazel-bin/lib/*.module; do head -n 1 "$f"; done |
 
 # --- 3. execution rounds -------------------------------------------------------------
 declare -A ms
-configs=(local sandboxed clonestage)
+split_dir="$perf_dir/split"
+mkdir -p "$split_dir"
+serve_log="$perf_dir/serve.log"
 cs_before="$(perf_stats)"
 for r in $(seq "$rounds"); do
-  for k in 0 1 2; do
-    c="${configs[$(((r - 1 + k) % 3))]}"
+  for k in $(seq 0 $((n_configs - 1))); do
+    c="${configs[$(((r - 1 + k) % n_configs))]}"
     new_salt
     clean
     build "$c" //tools:compiler_for_actions
-    t="$(timed "$c" //lib/...)"
+    prof=()
+    case "$c" in local | clonestage) prof=("--profile=$split_dir/round-$r-$c.json") ;; esac
+    from=$(($(wc -l <"$serve_log") + 1))
+    t="$(timed "$c" //lib/... "${prof[@]}")"
+    if [ "$c" = clonestage ]; then
+      sleep 0.2 # the server logs "action ran" just before it answers; let the last line land
+      tail -n "+$from" "$serve_log" >"$split_dir/round-$r-server.log"
+    fi
     ms[$c]="${ms[$c]:-} $t"
     perf_say "round $r/$rounds $c $t ms (load $(perf_load_now))"
   done
 done
 cs_after="$(perf_stats)"
 
+split_text="$(python3 "$perf_checkout/tests/perf/split.py" "$split_dir")" ||
+  perf_die "split.py could not split the rounds' traces in $split_dir (PERF_KEEP=1 keeps them)"
+# Any pool figures the server counts (issue 15), over the rounds.
+pool_text="$(python3 -c '
+import json, sys
+b, a = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+def flat(d, p=""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from flat(v, p + k + ".")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield p + k, v
+fb = dict(flat(b))
+print(" ".join(f"{k} {v - fb.get(k, 0)}" for k, v in sorted(flat(a)) if "pool" in k) or "none counted by this server")
+' "$cs_before" "$cs_after")"
+
 # --- 4. rebuild after bazel clean, served from clonestage's action cache ---------------
-perf_say "rebuild after bazel clean: clonestage's action cache against local"
-new_salt
-clean
-build clonestage //...
-rb_before="$(perf_stats)"
 rb_cs=()
 rb_local=()
-for r in $(seq "$rounds"); do
-  if [ $((r % 2)) = 1 ]; then order="clonestage local"; else order="local clonestage"; fi
-  for c in $order; do
-    clean
-    t="$(timed "$c" //...)"
-    if [ "$c" = clonestage ]; then rb_cs+=("$t"); else rb_local+=("$t"); fi
-    perf_say "rebuild $r/$rounds $c $t ms (load $(perf_load_now))"
+if [ "$split_only" != 1 ]; then
+  perf_say "rebuild after bazel clean: clonestage's action cache against local"
+  new_salt
+  clean
+  build clonestage //...
+  rb_before="$(perf_stats)"
+  for r in $(seq "$rounds"); do
+    if [ $((r % 2)) = 1 ]; then order="clonestage local"; else order="local clonestage"; fi
+    for c in $order; do
+      clean
+      t="$(timed "$c" //...)"
+      if [ "$c" = clonestage ]; then rb_cs+=("$t"); else rb_local+=("$t"); fi
+      perf_say "rebuild $r/$rounds $c $t ms (load $(perf_load_now))"
+    done
   done
-done
-rb_after="$(perf_stats)"
+  rb_after="$(perf_stats)"
+fi
 
 # --- summary ---------------------------------------------------------------------------
 end_load="$(perf_load_now)"
-read -ra l_ms <<<"${ms[local]}"
-read -ra s_ms <<<"${ms[sandboxed]}"
-read -ra c_ms <<<"${ms[clonestage]}"
-ml="$(perf_median "${l_ms[@]}")"
-ms_="$(perf_median "${s_ms[@]}")"
-mc="$(perf_median "${c_ms[@]}")"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 dd() { echo $(($(perf_key "$2" "$1") - $(perf_key "$3" "$1"))); }
+read -ra l_ms <<<"${ms[local]}"
+read -ra c_ms <<<"${ms[clonestage]}"
+ml="$(perf_median "${l_ms[@]}")"
+mc="$(perf_median "${c_ms[@]}")"
 n_act="$(dd actions "$cs_after" "$cs_before")"
 per_act() { awk -v a="$(dd "$1" "$cs_after" "$cs_before")" -v n="$n_act" 'BEGIN {if (n > 0) printf "%.1f", a/n/1000; else print "n/a"}'; }
-rb_hits="$(dd action_cache_hits "$rb_after" "$rb_before")"
-rb_runs="$(dd actions "$rb_after" "$rb_before")"
-# Each round ran the three configurations back to back: their ratios within a
-# round are the least disturbed by load that changes from minute to minute.
+# Each round ran the configurations back to back: their ratios within a round are
+# the least disturbed by load that changes from minute to minute.
 round_ratios=()
-round_sratios=()
 for i in "${!l_ms[@]}"; do
-  round_ratios+=("$(awk -v a="${c_ms[$i]}" -v b="${l_ms[$i]}" 'BEGIN {printf "%.2f", a/b}')")
-  round_sratios+=("$(awk -v a="${s_ms[$i]}" -v b="${l_ms[$i]}" 'BEGIN {printf "%.2f", a/b}')")
+  round_ratios+=("$(ratio "${c_ms[$i]}" "${l_ms[$i]}")")
 done
-mrc="$(perf_median "${rb_cs[@]}")"
-mrl="$(perf_median "${rb_local[@]}")"
+sandboxed_lines=""
+if [ "$split_only" != 1 ]; then
+  read -ra s_ms <<<"${ms[sandboxed]}"
+  ms_="$(perf_median "${s_ms[@]}")"
+  round_sratios=()
+  for i in "${!l_ms[@]}"; do
+    round_sratios+=("$(ratio "${s_ms[$i]}" "${l_ms[$i]}")")
+  done
+  sandboxed_lines="  wall ms sandboxed:  ${ms[sandboxed]}
+  median sandboxed $ms_, min $(perf_min "${s_ms[@]}")
+  sandboxed / local:   $(ratio "$ms_" "$ml") (medians), $(ratio "$(perf_min "${s_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)
+  per round (same minute): sandboxed / local ${round_sratios[*]} (median $(perf_median "${round_sratios[@]}"))"
+fi
+title="tests/perf/large.sh"
+[ "$split_only" = 1 ] && title="$title, PERF_SPLIT_ONLY=1"
 
 cat <<EOF
 
-=== clonestage with SwiftCompile-sized actions (tests/perf/large.sh) ===
+=== clonestage with SwiftCompile-sized actions ($title) ===
 date: $(date -u '+%Y-%m-%d %H:%M UTC')
 $header
 load average at end: $end_load
 workload: 16 SwiftCompile-like actions (4 layers of 4, modules feed dependents), --jobs=2;
   $shape;
   shared SDK-like tree: $sdk_manifest; compile work ${work_ms} ms CPU per action after reading every input
+EOF
+if [ "$split_only" != 1 ]; then
+  echo
+  summary_staging
+fi
+cat <<EOF
 
-$(summary_staging)
-
-2. build of //lib/... after bazel clean, new salt (every action runs), $rounds rounds, rotating order
+2. build of //lib/... after bazel clean, new salt (every action runs), $rounds rounds, rotating order (${configs[*]})
   wall ms local:      ${ms[local]}
-  wall ms sandboxed:  ${ms[sandboxed]}
   wall ms clonestage: ${ms[clonestage]}
-  median local $ml, sandboxed $ms_, clonestage $mc
-  min    local $(perf_min "${l_ms[@]}"), sandboxed $(perf_min "${s_ms[@]}"), clonestage $(perf_min "${c_ms[@]}")
+  median local $ml, clonestage $mc; min local $(perf_min "${l_ms[@]}"), clonestage $(perf_min "${c_ms[@]}")
   clonestage / local:  $(ratio "$mc" "$ml") (medians), $(ratio "$(perf_min "${c_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)   target <= 1.10
-  sandboxed / local:   $(ratio "$ms_" "$ml") (medians), $(ratio "$(perf_min "${s_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)
-  per round (same minute): clonestage / local ${round_ratios[*]} (median $(perf_median "${round_ratios[@]}")), sandboxed / local ${round_sratios[*]} (median $(perf_median "${round_sratios[@]}"))
+  per round (same minute): clonestage / local ${round_ratios[*]} (median $(perf_median "${round_ratios[@]}"))
+$sandboxed_lines
   clonestage - local:  $(awk -v a="$mc" -v b="$ml" 'BEGIN {printf "%+.0f", (a-b)/16}') ms per action (medians; 2 actions run at once)
   server, per clonestage action ($n_act actions): Execute accepted -> response $(per_act action_serve_us_total) ms;
     staging $(per_act stage_us_total) ms; wrapper start -> stats $(per_act action_spawn_us_total) ms, of which the command $(per_act action_exec_us_total) ms
   staging over these builds: $(staging_line "$cs_before" "$cs_after")
+  pool over these builds: $pool_text
+  split of each action's time, clonestage against local (split.py on the rounds' --profile traces and server log):
+$(printf '%s\n' "$split_text" | sed 's/^/  /')
+EOF
+if [ "$split_only" != 1 ]; then
+  mrc="$(perf_median "${rb_cs[@]}")"
+  mrl="$(perf_median "${rb_local[@]}")"
+  rb_hits="$(dd action_cache_hits "$rb_after" "$rb_before")"
+  rb_runs="$(dd actions "$rb_after" "$rb_before")"
+  cat <<EOF
 
 3. rebuild of //... after bazel clean, unchanged inputs, $rounds rounds, alternating
   wall ms clonestage (action cache): ${rb_cs[*]}
@@ -239,3 +308,4 @@ $(summary_staging)
   median clonestage $mrc, local $mrl: clonestage $(ratio "$mrl" "$mrc")x faster (medians), $(ratio "$(perf_min "${rb_local[@]}")" "$(perf_min "${rb_cs[@]}")")x (minimums)   target >= 3x
   clonestage served $rb_hits action-cache hits and ran $rb_runs actions in these rebuilds
 EOF
+fi
