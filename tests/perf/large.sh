@@ -62,9 +62,9 @@ split_only="${PERF_SPLIT_ONLY:-0}"
 startup=()
 if [ -n "${PERF_OUTPUT_USER_ROOT:-}" ]; then startup=("--output_user_root=$PERF_OUTPUT_USER_ROOT"); fi
 bazel() { command bazel "${startup[@]}" "$@"; }
-# The server logs each executed action's phases ("action phases", "action ran") at debug:
-# split.py reads clonestage's per-action figures from them.
-export CLONESTAGE_LOG="${CLONESTAGE_LOG:-info},clonestage_server::execution::run=debug,clonestage_server::execution::respond=debug"
+# The server logs each executed action's phases ("action phases", "action ran") and each
+# call's server-side time at debug: split.py reads clonestage's per-action figures there.
+export CLONESTAGE_LOG="${CLONESTAGE_LOG:-info},clonestage_server::execution::run=debug,clonestage_server::execution::respond=debug,clonestage_server::rpc_timing=debug"
 ws="$perf_checkout/tests/perf/large"
 cd "$ws"
 

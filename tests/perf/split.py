@@ -10,7 +10,8 @@ Input, a directory with, for each round N (any N, any order):
   round-N-clonestage.json  Bazel's --profile trace of the clonestage build (.json.gz also read)
   round-N-server.log       the lines `clonestage serve` logged during that build, with
                            CLONESTAGE_LOG=...clonestage_server::execution=debug
-                           (its "action phases" and "action ran" lines)
+                           (its "action phases" and "action ran" lines; and, if
+                           clonestage_server::rpc_timing=debug, each call's server time)
 
 What Bazel 4.2.3's trace holds (read from its JSON): one "action processing" event per action,
 named by its progress message ("Compiling module A0"), and on the same thread inside it:
@@ -18,8 +19,10 @@ named by its progress message ("Compiling module A0"), and on the same thread in
           its name) - the command under Bazel's process-wrapper;
   remote: "AbstractSpawnStrategy.getInputMapping", "MerkleTree.build(ActionInput)",
           "check cache hit" (GetActionResult), "upload missing inputs" (FindMissingBlobs and
-          the uploads; absent when nothing is missing), "execute remotely" (the Execute call,
-          sent to response), "download server logs", "download outputs".
+          the uploads, recorded only when 50 ms or longer: the UPLOAD_TIME task's threshold,
+          as PROCESS_TIME's; so taken as the time from the end of the cache check to the
+          Execute call), "execute remotely" (the Execute call, sent to response),
+          "download server logs", "download outputs".
 clonestage's figures per action come from its debug log: "action ran" total_us (Execute
 accepted to response built) and "action phases" (stage_us, command_us, ...), joined by digest.
 Server actions are matched to Bazel's in the order their Execute calls ended; the spread of
@@ -102,9 +105,17 @@ def actions(events, path):
                 if key:
                     row[key] = row.get(key, 0.0) + e["dur"] / 1000.0
                     if key == "execute":
+                        row["execute_start_us"] = e["ts"]
                         row["execute_end_us"] = e["ts"] + e["dur"]
+                    if key == "cache_check":
+                        row["cache_check_end_us"] = e["ts"] + e["dur"]
                 elif e.get("cat") == LOCAL_COMMAND:
                     row["command"] = row.get("command", 0.0) + e["dur"] / 1000.0
+            # Bazel records "upload missing inputs" only when it lasts 50 ms or more (the
+            # UPLOAD_TIME task's threshold): FindMissingBlobs and the uploads are the time
+            # from the end of the cache check to the Execute call, recorded or not.
+            if "execute_start_us" in row and "cache_check_end_us" in row:
+                row["upload"] = (row["execute_start_us"] - row["cache_check_end_us"]) / 1000.0
             name = a.get("name", "")
             if name in out:
                 raise SplitError(f"{path}: two actions named {name!r}")
@@ -176,6 +187,20 @@ def match(executed, remote, server):
     return sorted(pairs, key=lambda p: p[1]["t"])
 
 
+def server_rpcs(path):
+    """{method: [server-side ms...]} from the rpc_timing layer's debug lines, if logged
+    (clonestage_server::rpc_timing=debug; for streaming calls, until the response headers)."""
+    out = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        line = ANSI.sub("", line)
+        if "rpc_timing" not in line:
+            continue
+        f = dict(FIELD.findall(line))
+        if "rpc" in f and "us" in f:
+            out.setdefault(f["rpc"].rsplit("/", 1)[-1], []).append(int(f["us"]) / 1000.0)
+    return out
+
+
 def round_pairs(local, remote, server, where):
     """The per-action rows of one round: local and clonestage actions paired by name, server
     rows matched to remote actions by the end of their Execute calls."""
@@ -213,6 +238,10 @@ def round_pairs(local, remote, server, where):
         row["server_answer"] = row["server_total"] - sum(s.get(k, 0.0) for k in SERVER_PHASES + ["stage", "exec"])
         for k in ("input_mapping", "merkle", "cache_check", "upload", "execute", "download"):
             row[k] = r.get(k, 0.0)
+        row["bazel_other"] = row["cs_action"] - sum(
+            row[k] for k in ("input_mapping", "merkle", "cache_check", "upload", "execute", "download")
+        )
+        row["local_other"] = row["local_action"] - row["local_command"]
         row["extra"] = row["cs_action"] - row["local_action"]
         row["bazel"] = (row["cs_action"] - row["execute"]) - (row["local_action"] - row["local_command"])
         row["rpc"] = row["execute"] - row["server_total"]
@@ -230,7 +259,7 @@ def split(directory):
     )
     if not rounds:
         raise SplitError(f"{d}: no round-N-* files")
-    rows, spreads = [], []
+    rows, spreads, rpcs = [], [], {}
     for n in rounds:
         def one(kind):
             for ext in (".json", ".json.gz"):
@@ -242,17 +271,21 @@ def split(directory):
         lp, cp = one("local"), one("clonestage")
         local = actions(load_trace(lp), lp)
         remote = actions(load_trace(cp), cp)
-        r, spread = round_pairs(local, remote, server_actions(d / f"round-{n}-server.log"), f"{d} round {n}")
+        log = d / f"round-{n}-server.log"
+        r, spread = round_pairs(local, remote, server_actions(log), f"{d} round {n}")
+        for method, ms in server_rpcs(log).items():
+            rpcs.setdefault(method, []).extend(ms)
         for row in r:
             row["round"] = n
         rows.extend(r)
         spreads.append(spread)
-    return rows, spreads
+    return rows, spreads, rpcs
 
 
 COLUMNS = [
     ("local_action", "local: action"),
     ("local_command", "local: command (process wall time)"),
+    ("local_other", "local: the rest (process-wrapper, output checks)"),
     ("cs_action", "clonestage: action"),
     ("input_mapping", "  Bazel: input mapping"),
     ("merkle", "  Bazel: Merkle tree"),
@@ -270,6 +303,7 @@ COLUMNS = [
     ("server_outputs", "      outputs into the CAS"),
     ("server_answer", "      the answer and bookkeeping"),
     ("download", "  Bazel: output downloads"),
+    ("bazel_other", "  Bazel: the rest (outside the phases above)"),
     ("extra", "extra = clonestage action - local action"),
     ("bazel", "  Bazel's remote bookkeeping (beyond local's)"),
     ("rpc", "  Execute transport (call - accepted->response)"),
@@ -278,7 +312,7 @@ COLUMNS = [
 ]
 
 
-def summary(rows, spreads):
+def summary(rows, spreads, rpcs=None):
     n_rounds = len({r["round"] for r in rows})
     lines = [
         f"per action, ms, over {len(rows)} action pairs in {n_rounds} rounds "
@@ -298,6 +332,11 @@ def summary(rows, spreads):
         f"  server-to-Bazel matching: clock offset spread per round {', '.join(f'{s:.1f}' for s in spreads)} ms "
         "(small = each server action matched its own Execute call)"
     )
+    if rpcs:
+        lines.append("  server-side time per call, ms (median / max, calls), over the clonestage builds:")
+        for method in sorted(rpcs):
+            v = rpcs[method]
+            lines.append(f"    {method:<30} {statistics.median(v):8.2f} {max(v):8.2f} {len(v):6d}")
     return "\n".join(lines)
 
 
@@ -306,14 +345,14 @@ def main(argv):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     try:
-        rows, spreads = split(argv[1])
+        rows, spreads, rpcs = split(argv[1])
     except SplitError as e:
         print(f"split.py: {e}", file=sys.stderr)
         return 2
     if "--json" in argv[2:]:
-        print(json.dumps({"rows": rows, "spreads_ms": spreads}, indent=1))
+        print(json.dumps({"rows": rows, "spreads_ms": spreads, "rpcs_ms": rpcs}, indent=1))
     else:
-        print(summary(rows, spreads))
+        print(summary(rows, spreads, rpcs))
     return 0
 
 

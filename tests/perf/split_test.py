@@ -35,7 +35,7 @@ def event(trace, action, name):
 
 class RecordedRound(unittest.TestCase):
     def setUp(self):
-        self.rows, self.spreads = split.split(DATA)
+        self.rows, self.spreads, self.rpcs = split.split(DATA)
         self.by_name = {r["name"]: r for r in self.rows}
 
     def test_pairs_only_remotely_executed_actions(self):
@@ -74,9 +74,23 @@ class RecordedRound(unittest.TestCase):
             self.assertAlmostEqual(r["server"], r["server_total"] - r["server_command"])
 
     def test_summary_names_every_part(self):
-        text = split.summary(self.rows, self.spreads)
+        text = split.summary(self.rows, self.spreads, self.rpcs)
         for needle in ("Merkle tree", "FindMissingBlobs", "clonestage's share", "2 action pairs"):
             self.assertIn(needle, text)
+
+
+class Rpcs(unittest.TestCase):
+    def test_rpc_lines_are_grouped_by_method(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as f:
+            f.write(
+                "2026-11-24T11:37:05.1Z DEBUG clonestage_server::rpc_timing: rpc "
+                "rpc=/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs us=1500\n"
+                "2026-11-24T11:37:05.2Z DEBUG clonestage_server::rpc_timing: rpc "
+                "rpc=/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs us=2500\n"
+                "2026-11-24T11:37:05.3Z DEBUG clonestage_server::execution::run: action phases action=x\n"
+            )
+            f.flush()
+            self.assertEqual(split.server_rpcs(f.name), {"FindMissingBlobs": [1.5, 2.5]})
 
 
 class Matching(unittest.TestCase):
@@ -99,7 +113,7 @@ class Matching(unittest.TestCase):
         self.assertEqual(pairs, {"a": 599.0, "b": 99.0, "c": 299.0})
 
     def test_server_phases_add_up_to_accepted_to_response(self):
-        rows, _ = split.split(DATA)
+        rows, _, _ = split.split(DATA)
         for r in rows:
             parts = sum(r["server_" + k] for k in split.SERVER_PHASES + ["stage", "wrapper", "command", "answer"])
             self.assertAlmostEqual(parts, r["server_total"])
@@ -120,7 +134,7 @@ class BrokenInput(unittest.TestCase):
         with gzip.open(str(p) + ".gz", "wt") as f:
             f.write(p.read_text())
         p.unlink()
-        rows, _ = split.split(self.dir)
+        rows, _, _ = split.split(self.dir)
         self.assertEqual(len(rows), 2)
 
     def test_missing_server_action_is_an_error_not_a_shorter_table(self):
