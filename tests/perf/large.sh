@@ -42,6 +42,10 @@
 # PERF_DIR on another filesystem: that filesystem's staging figures);
 # PERF_SPLIT_ONLY=1 runs sections 2 and 3 with local and clonestage alone
 # (alternating; no sandboxed, no staging or rebuild sections), for the split;
+# PERF_COMPARE_BIN (with PERF_SPLIT_ONLY=1), a second helper (e.g. another
+# checkout's build): its own server on PERF_DIR/cache-b, and a third
+# configuration, clonestage_b, in every round's rotation, so that two builds of
+# clonestage are compared in the same minutes (each with its split);
 # PERF_OUTPUT_USER_ROOT, Bazel's --output_user_root for every command (then
 # `bazel --output_user_root=... shutdown` is yours to run); and see lib.sh
 # (CLONESTAGE_BIN, CLONESTAGE_SPAWN, PERF_DIR, PERF_KEEP). The traces and the
@@ -67,9 +71,55 @@ bazel() { command bazel "${startup[@]}" "$@"; }
 export CLONESTAGE_LOG="${CLONESTAGE_LOG:-info},clonestage_server::execution::run=debug,clonestage_server::execution::respond=debug,clonestage_server::rpc_timing=debug"
 ws="$perf_checkout/tests/perf/large"
 cd "$ws"
+cmp_bin="${PERF_COMPARE_BIN:-}"
+if [ -n "$cmp_bin" ]; then
+  [ "$split_only" = 1 ] || perf_die "PERF_COMPARE_BIN needs PERF_SPLIT_ONLY=1"
+  [ -x "$cmp_bin" ] || perf_die "PERF_COMPARE_BIN=$cmp_bin is not an executable file"
+fi
 
 perf_helper
 perf_start_server
+cache_b=""
+server_b_pid=""
+stop_server_b() {
+  if [ -n "$server_b_pid" ] && kill -0 "$server_b_pid" 2>/dev/null; then
+    kill -TERM "$server_b_pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+      kill -0 "$server_b_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
+}
+if [ -n "$cmp_bin" ]; then
+  # The second helper's server, on a cache of its own, started as lib.sh starts the first.
+  cache_b="$perf_dir/cache-b"
+  mkdir -p "$cache_b"
+  trap 'stop_server_b; perf_cleanup' EXIT
+  if "$cmp_bin" --cache "$cache_b" address >/dev/null 2>&1; then
+    perf_die "a clonestage server already runs on $cache_b; use another PERF_DIR"
+  fi
+  setsid "$cmp_bin" --cache "$cache_b" serve </dev/null >"$perf_dir/serve-b.log" 2>&1 &
+  server_b_pid=$!
+  for _ in $(seq 150); do
+    "$cmp_bin" --cache "$cache_b" address >/dev/null 2>&1 && break
+    kill -0 "$server_b_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  "$cmp_bin" --cache "$cache_b" address >/dev/null 2>&1 ||
+    perf_die "the PERF_COMPARE_BIN server did not start (log: $perf_dir/serve-b.log)"
+  perf_say "second server up (pid $server_b_pid, $cmp_bin, cache $cache_b)"
+fi
+# clonestage stats --json of configuration $1's server (clonestage or clonestage_b).
+stats_of() {
+  if [ "$1" = clonestage_b ]; then
+    # perf_stats asks perf_bin about perf_cache; this runs in a $(...) of the caller.
+    perf_cache="$cache_b"
+    perf_bin="$cmp_bin"
+    perf_stats
+  else
+    perf_stats
+  fi
+}
 log="$perf_dir/builds.log"
 : >"$log"
 common=(--jobs=2 "--define=perf_work_ms=$work_ms")
@@ -89,6 +139,7 @@ build() {
     local) CLONESTAGE_DISABLE=1 bazel build "${common[@]}" --spawn_strategy=local "$@" >>"$log" 2>&1 ;;
     sandboxed) CLONESTAGE_DISABLE=1 bazel build "${common[@]}" --spawn_strategy=sandboxed "$@" >>"$log" 2>&1 ;;
     clonestage) bazel build "${common[@]}" --config=clonestage "$@" >>"$log" 2>&1 ;;
+    clonestage_b) CLONESTAGE_CACHE="$cache_b" CLONESTAGE_BIN="$cmp_bin" bazel build "${common[@]}" --config=clonestage "$@" >>"$log" 2>&1 ;;
   esac || perf_die "$config build of $* failed (log: $log)"
 }
 
@@ -156,6 +207,9 @@ read -r sdk_manifest <"$(CLONESTAGE_DISABLE=1 bazel info output_base 2>/dev/null
 
 configs=(local sandboxed clonestage)
 [ "$split_only" = 1 ] && configs=(local clonestage)
+[ -n "$cmp_bin" ] && configs=(local clonestage clonestage_b)
+cs_configs=(clonestage)
+[ -n "$cmp_bin" ] && cs_configs=(clonestage clonestage_b)
 n_configs=${#configs[@]}
 
 # --- 2. warm-up ------------------------------------------------------------------------
@@ -170,11 +224,14 @@ shape="$(for f in bazel-bin/lib/*.module; do head -n 1 "$f"; done |
        END {printf "%d actions read %.0f files / %.1f MB on average, at most %d / %.1f MB", n, i/n, b/n/1e6, mi, mb/1e6}')"
 
 # --- 3. execution rounds -------------------------------------------------------------
-declare -A ms
+declare -A ms cs_before cs_after split_text pool_text
 split_dir="$perf_dir/split"
-mkdir -p "$split_dir"
-serve_log="$perf_dir/serve.log"
-cs_before="$(perf_stats)"
+declare -A serve_log=([clonestage]="$perf_dir/serve.log" [clonestage_b]="$perf_dir/serve-b.log")
+mkdir -p "$split_dir/local"
+for c in "${cs_configs[@]}"; do
+  mkdir -p "$split_dir/$c"
+  cs_before[$c]="$(stats_of "$c")"
+done
 for r in $(seq "$rounds"); do
   for k in $(seq 0 $((n_configs - 1))); do
     c="${configs[$(((r - 1 + k) % n_configs))]}"
@@ -182,23 +239,31 @@ for r in $(seq "$rounds"); do
     clean
     build "$c" //tools:compiler_for_actions
     prof=()
-    case "$c" in local | clonestage) prof=("--profile=$split_dir/round-$r-$c.json") ;; esac
-    from=$(($(wc -l <"$serve_log") + 1))
+    from=0
+    case "$c" in
+      local) prof=("--profile=$split_dir/local/round-$r-local.json") ;;
+      clonestage*)
+        prof=("--profile=$split_dir/$c/round-$r-clonestage.json")
+        from=$(($(wc -l <"${serve_log[$c]}") + 1))
+        ;;
+    esac
     t="$(timed "$c" //lib/... "${prof[@]}")"
-    if [ "$c" = clonestage ]; then
+    if [ "$from" != 0 ]; then
       sleep 0.2 # the server logs "action ran" just before it answers; let the last line land
-      tail -n "+$from" "$serve_log" >"$split_dir/round-$r-server.log"
+      tail -n "+$from" "${serve_log[$c]}" >"$split_dir/$c/round-$r-server.log"
     fi
     ms[$c]="${ms[$c]:-} $t"
     perf_say "round $r/$rounds $c $t ms (load $(perf_load_now))"
   done
 done
-cs_after="$(perf_stats)"
-
-split_text="$(python3 "$perf_checkout/tests/perf/split.py" "$split_dir")" ||
-  perf_die "split.py could not split the rounds' traces in $split_dir (PERF_KEEP=1 keeps them)"
-# Any pool figures the server counts (issue 15), over the rounds.
-pool_text="$(python3 -c '
+for c in "${cs_configs[@]}"; do
+  cs_after[$c]="$(stats_of "$c")"
+  # Each configuration's split against the same rounds' local builds.
+  ln -f "$split_dir"/local/round-*-local.json "$split_dir/$c/"
+  split_text[$c]="$(python3 "$perf_checkout/tests/perf/split.py" "$split_dir/$c")" ||
+    perf_die "split.py could not split the rounds' traces in $split_dir/$c (PERF_KEEP=1 keeps them)"
+  # Any pool figures the server counts (issue 15), over the rounds.
+  pool_text[$c]="$(python3 -c '
 import json, sys
 b, a = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 def flat(d, p=""):
@@ -209,7 +274,8 @@ def flat(d, p=""):
             yield p + k, v
 fb = dict(flat(b))
 print(" ".join(f"{k} {v - fb.get(k, 0)}" for k, v in sorted(flat(a)) if "pool" in k) or "none counted by this server")
-' "$cs_before" "$cs_after")"
+' "${cs_before[$c]}" "${cs_after[$c]}")"
+done
 
 # --- 4. rebuild after bazel clean, served from clonestage's action cache ---------------
 rb_cs=()
@@ -237,17 +303,7 @@ end_load="$(perf_load_now)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 dd() { echo $(($(perf_key "$2" "$1") - $(perf_key "$3" "$1"))); }
 read -ra l_ms <<<"${ms[local]}"
-read -ra c_ms <<<"${ms[clonestage]}"
 ml="$(perf_median "${l_ms[@]}")"
-mc="$(perf_median "${c_ms[@]}")"
-n_act="$(dd actions "$cs_after" "$cs_before")"
-per_act() { awk -v a="$(dd "$1" "$cs_after" "$cs_before")" -v n="$n_act" 'BEGIN {if (n > 0) printf "%.1f", a/n/1000; else print "n/a"}'; }
-# Each round ran the configurations back to back: their ratios within a round are
-# the least disturbed by load that changes from minute to minute.
-round_ratios=()
-for i in "${!l_ms[@]}"; do
-  round_ratios+=("$(ratio "${c_ms[$i]}" "${l_ms[$i]}")")
-done
 sandboxed_lines=""
 if [ "$split_only" != 1 ]; then
   read -ra s_ms <<<"${ms[sandboxed]}"
@@ -282,19 +338,39 @@ cat <<EOF
 
 2. build of //lib/... after bazel clean, new salt (every action runs), $rounds rounds, rotating order (${configs[*]})
   wall ms local:      ${ms[local]}
-  wall ms clonestage: ${ms[clonestage]}
-  median local $ml, clonestage $mc; min local $(perf_min "${l_ms[@]}"), clonestage $(perf_min "${c_ms[@]}")
-  clonestage / local:  $(ratio "$mc" "$ml") (medians), $(ratio "$(perf_min "${c_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)   target <= 1.10
-  per round (same minute): clonestage / local ${round_ratios[*]} (median $(perf_median "${round_ratios[@]}"))
+  median local $ml, min local $(perf_min "${l_ms[@]}")
 $sandboxed_lines
-  clonestage - local:  $(awk -v a="$mc" -v b="$ml" 'BEGIN {printf "%+.0f", (a-b)/16}') ms per action (medians; 2 actions run at once)
-  server, per clonestage action ($n_act actions): Execute accepted -> response $(per_act action_serve_us_total) ms;
-    staging $(per_act stage_us_total) ms; wrapper start -> stats $(per_act action_spawn_us_total) ms, of which the command $(per_act action_exec_us_total) ms
-  staging over these builds: $(staging_line "$cs_before" "$cs_after")
-  pool over these builds: $pool_text
-  split of each action's time, clonestage against local (split.py on the rounds' --profile traces and server log):
-$(printf '%s\n' "$split_text" | sed 's/^/  /')
 EOF
+for c in "${cs_configs[@]}"; do
+  b="${cs_before[$c]}"
+  a="${cs_after[$c]}"
+  read -ra c_ms <<<"${ms[$c]}"
+  mc="$(perf_median "${c_ms[@]}")"
+  n_act="$(dd actions "$a" "$b")"
+  per_act() { awk -v a="$(dd "$1" "$a" "$b")" -v n="$n_act" 'BEGIN {if (n > 0) printf "%.1f", a/n/1000; else print "n/a"}'; }
+  # Each round ran the configurations back to back: their ratios within a round are
+  # the least disturbed by load that changes from minute to minute.
+  round_ratios=()
+  for i in "${!l_ms[@]}"; do
+    round_ratios+=("$(ratio "${c_ms[$i]}" "${l_ms[$i]}")")
+  done
+  helper="$perf_bin"
+  [ "$c" = clonestage_b ] && helper="$cmp_bin"
+  cat <<EOF
+  -- $c (helper $helper)
+  wall ms $c: ${ms[$c]}
+  median $c $mc, min $(perf_min "${c_ms[@]}")
+  $c / local:  $(ratio "$mc" "$ml") (medians), $(ratio "$(perf_min "${c_ms[@]}")" "$(perf_min "${l_ms[@]}")") (minimums)   target <= 1.10
+  per round (same minute): $c / local ${round_ratios[*]} (median $(perf_median "${round_ratios[@]}"))
+  $c - local:  $(awk -v a="$mc" -v b="$ml" 'BEGIN {printf "%+.0f", (a-b)/16}') ms per action (medians; 2 actions run at once)
+  server, per action ($n_act actions): Execute accepted -> response $(per_act action_serve_us_total) ms;
+    staging $(per_act stage_us_total) ms; wrapper start -> stats $(per_act action_spawn_us_total) ms, of which the command $(per_act action_exec_us_total) ms
+  staging over these builds: $(staging_line "$b" "$a")
+  pool over these builds: ${pool_text[$c]}
+  split of each action's time, $c against local (split.py on the rounds' --profile traces and server log):
+$(printf '%s\n' "${split_text[$c]}" | sed 's/^/  /')
+EOF
+done
 if [ "$split_only" != 1 ]; then
   mrc="$(perf_median "${rb_cs[@]}")"
   mrl="$(perf_median "${rb_local[@]}")"
