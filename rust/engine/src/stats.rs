@@ -39,6 +39,14 @@ pub struct Counters {
     pub stage_us_total: u64,
     /// Hardlinked inputs found written through after an action; their blobs were quarantined.
     pub tampered: u64,
+    /// The pool of ready subtrees: copies taken, subtrees it had none for, copies proven
+    /// untouched and taken back, copies discarded (total and by reason), copies built.
+    pub pool_hits: u64,
+    pub pool_misses: u64,
+    pub pool_recycled: u64,
+    pub pool_discarded: u64,
+    pub pool_discard_reasons: BTreeMap<String, u64>,
+    pub pool_built: u64,
     #[serde(flatten)]
     pub extra: BTreeMap<String, u64>,
 }
@@ -64,9 +72,25 @@ impl Counters {
         self.stage_failures += o.stage_failures;
         self.stage_us_total += o.stage_us_total;
         self.tampered += o.tampered;
+        self.pool_hits += o.pool_hits;
+        self.pool_misses += o.pool_misses;
+        self.pool_recycled += o.pool_recycled;
+        self.pool_discarded += o.pool_discarded;
+        for (k, v) in &o.pool_discard_reasons {
+            *self.pool_discard_reasons.entry(k.clone()).or_default() += v;
+        }
+        self.pool_built += o.pool_built;
         for (k, v) in &o.extra {
             *self.extra.entry(k.clone()).or_default() += v;
         }
+    }
+
+    pub fn pool_discard(&mut self, reason: &str) {
+        self.pool_discarded += 1;
+        *self
+            .pool_discard_reasons
+            .entry(reason.to_string())
+            .or_default() += 1;
     }
 
     pub fn fallback(&mut self, reason: &str) {

@@ -8,6 +8,7 @@ use super::device::{Devices, FileMethod};
 use super::modes::Modes;
 use super::place::{Inode, Placer};
 use super::plan::Source;
+use super::pool::{Loan, Pool, POOL_MIN_ENTRIES};
 use super::subtree::{self, Subtrees, Take};
 use crate::cas::Cache;
 use crate::digest::Digest;
@@ -16,7 +17,7 @@ use crate::platform::{cstr, Dir, TreeClone};
 use crate::stats::Counters;
 use std::collections::HashSet;
 use std::ffi::CStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,13 @@ pub(crate) struct Setup<'a> {
     /// Measured costs on this device: placing one file, cloning one tree (microseconds).
     pub costs: (f64, f64),
     pub modes: Modes,
+    /// The pool of ready copies to take subtrees from (None: never).
+    pub pool: Option<&'a Pool>,
+    /// Directories (full paths under `root_path`) never taken from the pool: the chains to
+    /// the declared outputs, which the stage makes writable.
+    pub no_pool: HashSet<PathBuf>,
+    /// The root being filled: loans record where they are relative to it.
+    pub root_path: PathBuf,
     /// Testing: fail after placing this many files.
     #[cfg(feature = "fault-injection")]
     pub fail_after: Option<usize>,
@@ -50,6 +58,8 @@ pub(crate) struct Built {
     /// Time spent placing files and symlinks, and how many.
     pub files_time: Duration,
     pub files: u64,
+    /// Copies taken from the pool, to return after the action.
+    pub loans: Vec<Loan>,
 }
 
 pub(crate) struct Builder<'a> {
@@ -60,6 +70,10 @@ pub(crate) struct Builder<'a> {
     counters: Counters,
     per_file_time: Duration,
     per_file_count: u64,
+    pool: Option<&'a Pool>,
+    no_pool: HashSet<PathBuf>,
+    root_path: PathBuf,
+    loans: Vec<Loan>,
 }
 
 impl<'a> Builder<'a> {
@@ -83,6 +97,10 @@ impl<'a> Builder<'a> {
             counters: Counters::default(),
             per_file_time: Duration::ZERO,
             per_file_count: 0,
+            pool: s.pool,
+            no_pool: s.no_pool,
+            root_path: s.root_path,
+            loans: Vec::new(),
         }
     }
 
@@ -115,6 +133,9 @@ impl<'a> Builder<'a> {
             let sd = Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?;
             let p = path.join(&sub.name);
             let name = cstr(&sub.name).ctx("name", &p)?;
+            if subtrees && self.pool.is_some() && self.try_pool(dir, &p, &name, &sd)? {
+                continue;
+            }
             if subtrees && self.subtrees.enabled() && self.try_subtree(dir, &p, &name, &sd)? {
                 continue;
             }
@@ -149,6 +170,40 @@ impl<'a> Builder<'a> {
             .clone_entry(&mut self.counters, &entry, dir, name, p, &facts)
     }
 
+    /// Take subtree `d` as `name` from the pool (a hit), or count a miss and, when the
+    /// subtree cache's sightings say `d` is hot, ask the pool for a copy. Ok(false): not taken.
+    fn try_pool(&mut self, dir: &Dir, p: &Path, name: &CStr, d: &Digest) -> Result<bool> {
+        let Some(pool) = self.pool else {
+            return Ok(false);
+        };
+        let facts = self.tree.facts(d, p)?;
+        if facts.entries < POOL_MIN_ENTRIES || self.no_pool.contains(p) {
+            return Ok(false);
+        }
+        if let Some(copy) = pool.take(self.subtrees.cache, d, dir, name, p) {
+            self.counters.pool_hits += 1;
+            self.counters.bytes += facts.bytes;
+            self.placer.linked.extend(copy.linked.iter().copied());
+            let rel = p.strip_prefix(&self.root_path).unwrap_or(p).to_path_buf();
+            self.loans.push(Loan { rel, copy });
+            return Ok(true);
+        }
+        self.counters.pool_misses += 1;
+        if self.subtrees.seen_before(d) {
+            pool.want(d);
+        }
+        Ok(false)
+    }
+
+    /// The stage failed: the copies it took go with the root being removed.
+    pub(crate) fn abandon_loans(&mut self) {
+        if let Some(pool) = self.pool {
+            for l in self.loans.drain(..) {
+                pool.abandon(l);
+            }
+        }
+    }
+
     /// The build succeeded: record this stage's subtree sightings and hand over the result.
     pub(crate) fn finish(mut self) -> Built {
         self.subtrees.save_sightings();
@@ -161,6 +216,7 @@ impl<'a> Builder<'a> {
             tree_us: (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64),
             files_time: self.per_file_time,
             files: self.per_file_count,
+            loans: self.loans,
         }
     }
 }

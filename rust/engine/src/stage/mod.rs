@@ -19,6 +19,8 @@ mod modes;
 mod outputs;
 mod place;
 mod plan;
+pub mod pool;
+mod staged;
 mod subtree;
 mod tamper;
 #[cfg(test)]
@@ -31,14 +33,15 @@ mod tests_ledger;
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
 pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
+pub use pool::{Discard, Loan, Pool, PoolBounds, POOL_MIN_ENTRIES};
+pub use staged::StagedRoot;
 pub use subtree::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 
-use crate::cas::{Cache, PinGuard};
+use crate::cas::Cache;
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::ledger::Ledger;
 use crate::platform::{self, cstr, Dir};
-use crate::stats::Counters;
 use crate::tree::{self, SymlinkPolicy};
 use modes::Modes;
 use std::collections::HashSet;
@@ -68,56 +71,6 @@ pub struct StageRequest {
     pub fail_after_files: Option<usize>,
 }
 
-/// A staged root. Keeps its tree pinned until dropped; call `check_inputs` after the action.
-pub struct StagedRoot {
-    pub root: Digest,
-    pub dest: PathBuf,
-    /// The request's working directory as real directories from the root (no symlink).
-    pub working_dir: String,
-    pub counters: Counters,
-    pub micros: u64,
-    linked: Vec<(Digest, place::Inode)>,
-    linked_unique: std::sync::OnceLock<Vec<(Digest, place::Inode)>>,
-    /// `Cache::quarantine_mark()` before anything was linked (see `tamper`).
-    quarantine_mark: usize,
-    /// The stager's: `check_inputs` counts what it quarantined there.
-    ledger: Arc<Ledger>,
-    cache: Arc<Cache>,
-    _pin: PinGuard,
-}
-
-impl StagedRoot {
-    /// After the action: quarantine every hardlinked cache inode it wrote through, and return
-    /// the digests of every hardlinked input this root held that was tampered with: written
-    /// through here, or by another root sharing the inode (quarantined by whoever checked
-    /// first). Empty when nothing was touched or nothing was hardlinked; a result built from a
-    /// root with a non-empty answer must not be trusted or cached.
-    pub fn check_inputs(&self) -> Vec<Digest> {
-        let found = tamper::check(&self.cache, self.linked_inodes(), self.quarantine_mark);
-        if found.quarantined_here > 0 {
-            // The quarantine itself happened above, synchronously; only the count waits.
-            let n = found.quarantined_here as u64;
-            self.ledger.add(|c| c.tampered += n);
-        }
-        found.tainted
-    }
-
-    /// How many distinct cache inodes are hardlinked into this root.
-    pub fn hardlinked_inodes(&self) -> usize {
-        self.linked_inodes().len()
-    }
-
-    /// The distinct hardlinked cache inodes, sorted once on first use (after the stage).
-    fn linked_inodes(&self) -> &[(Digest, place::Inode)] {
-        self.linked_unique.get_or_init(|| {
-            let mut v = self.linked.clone();
-            v.sort_unstable();
-            v.dedup();
-            v
-        })
-    }
-}
-
 pub struct Stager {
     cache: Arc<Cache>,
     devices: Arc<device::Devices>,
@@ -128,6 +81,8 @@ pub struct Stager {
     modes: Modes,
     limits: TreeLimits,
     seq: AtomicU64,
+    /// Ready copies of hot subtrees (`with_pool`); None: every subtree is staged.
+    pool: Option<Arc<Pool>>,
 }
 
 impl Stager {
@@ -143,7 +98,27 @@ impl Stager {
             modes,
             limits: TreeLimits::default(),
             seq: AtomicU64::new(0),
+            pool: None,
         }
+    }
+
+    /// Keep a pool of ready copies of hot subtrees in `<cache>/pool/` (emptied now: an earlier
+    /// process's copies have no record), within `bounds`. Roots then take subtrees from it;
+    /// whoever runs this stager builds copies (`build_pooled`) and returns them
+    /// (`StagedRoot::take_loans`, `Pool::recycle`).
+    pub fn with_pool(mut self, bounds: PoolBounds) -> Result<Stager> {
+        let chmod_to_move = !self.modes.dirs_direct;
+        self.pool = Some(Arc::new(Pool::new(
+            &self.cache,
+            self.ledger.clone(),
+            bounds,
+            chmod_to_move,
+        )?));
+        Ok(self)
+    }
+
+    pub fn pool(&self) -> Option<&Arc<Pool>> {
+        self.pool.as_ref()
     }
 
     /// Hold every tree this stager stages to `limits` instead of the defaults.
@@ -253,6 +228,12 @@ impl Stager {
             MethodPreference::Hardlink => (FileMethod::Hardlink, None),
             MethodPreference::Copy => (FileMethod::Copy, None),
         };
+        let tmp_name = format!(
+            ".cs-{}-{}.tmp",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = parent.join(&tmp_name);
         let mut b = fill::Builder::new(
             &plan,
             fill::Setup {
@@ -264,17 +245,17 @@ impl Stager {
                 tree_clone,
                 costs: (prof.file_us, prof.tree_clone_us),
                 modes: self.modes,
+                pool: self.pool.as_deref(),
+                no_pool: outputs
+                    .iter()
+                    .flat_map(|parts| (1..=parts.len()).map(|i| tmp.join(parts[..i].join("/"))))
+                    .collect(),
+                root_path: tmp.clone(),
                 #[cfg(feature = "fault-injection")]
                 fail_after: req.fail_after_files,
             },
         );
 
-        let tmp_name = format!(
-            ".cs-{}-{}.tmp",
-            std::process::id(),
-            self.seq.fetch_add(1, Ordering::Relaxed)
-        );
-        let tmp = parent.join(&tmp_name);
         let t_build = Instant::now();
         let tmp_c = cstr(&tmp_name).ctx("name", &tmp)?;
         let root_dir = parent_dir.mkdir_at(&tmp_c, 0o755).ctx("mkdir", &tmp)?;
@@ -291,6 +272,7 @@ impl Stager {
         drop(root_dir);
         let build_us = t_build.elapsed().as_micros() as u64;
         if let Err(e) = filled {
+            b.abandon_loans();
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e {
                 Error::Missing { path, .. } => Error::Missing {
@@ -300,9 +282,14 @@ impl Stager {
                 e => e,
             });
         }
-        let built = b.finish();
+        let mut built = b.finish();
         let at = parent_dir.as_raw_fd();
         if let Err(e) = platform::rename_noreplace_at(at, &tmp_c, at, &name_c) {
+            if let Some(pool) = &self.pool {
+                for l in built.loans.drain(..) {
+                    pool.abandon(l);
+                }
+            }
             let _ = crate::remove::remove_tree(&tmp);
             return Err(match e.raw_os_error() {
                 Some(libc::EEXIST) | Some(libc::ENOTEMPTY) => {
@@ -341,6 +328,8 @@ impl Stager {
             quarantine_mark,
             ledger: self.ledger.clone(),
             cache: self.cache.clone(),
+            loans: built.loans,
+            pool: self.pool.clone(),
             _pin: pin,
         };
         self.ledger

@@ -158,7 +158,9 @@ impl<'a> Subtrees<'a> {
         }
     }
 
-    fn seen_before(&mut self, d: &Digest) -> bool {
+    /// Whether `d` was seen in an earlier stage (recording this stage's sighting; asking again
+    /// in the same stage gives the same answer).
+    pub(super) fn seen_before(&mut self, d: &Digest) -> bool {
         let mut guard = self.seen.lock().unwrap();
         let log = self.cache.root().join("subtrees.seen");
         let set = guard.get_or_insert_with(|| {
@@ -169,7 +171,7 @@ impl<'a> Subtrees<'a> {
                 .collect()
         });
         if set.contains(d) {
-            return true;
+            return !self.new_sightings.contains(d);
         }
         set.insert(*d);
         self.new_sightings.push(*d);

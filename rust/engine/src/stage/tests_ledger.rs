@@ -4,7 +4,7 @@
 
 use super::device::Devices;
 use super::*;
-use crate::stats;
+use crate::stats::{self, Counters};
 use crate::tree::IngestOptions;
 
 fn setup() -> (tempfile::TempDir, Stager, Digest) {
