@@ -339,8 +339,8 @@ cat <<EOF
 2. build of //lib/... after bazel clean, new salt (every action runs), $rounds rounds, rotating order (${configs[*]})
   wall ms local:      ${ms[local]}
   median local $ml, min local $(perf_min "${l_ms[@]}")
-$sandboxed_lines
 EOF
+[ -z "$sandboxed_lines" ] || printf '%s\n' "$sandboxed_lines"
 for c in "${cs_configs[@]}"; do
   b="${cs_before[$c]}"
   a="${cs_after[$c]}"
