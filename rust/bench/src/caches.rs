@@ -15,6 +15,8 @@ pub struct Caches {
     pub cold: Arc<Cache>,
     pub warm: Stager,
     pub loaded: Option<(Stager, PathBuf)>,
+    /// A stager with a pool of ready subtrees, on its own cache (same blob inodes).
+    pub pooled: Stager,
     pub tree_fs: bool,
 }
 

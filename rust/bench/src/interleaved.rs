@@ -31,6 +31,23 @@ enum Unit {
     Warm,
     /// Every `_loaded` method, under one background write load.
     Loaded,
+    /// stage_warm_pooled, recycle_check, stage_noop_recycle (`Ctx::pooled`).
+    Pooled,
+}
+
+/// Make `sdk/` hot for the pooled stager (two sightings) and build its ready copies.
+fn warm_up_pool(ctx: &mut Ctx, stager: &Stager) -> Result<()> {
+    for _ in 0..2 {
+        ctx.stage(stager, "stage_warm")?;
+    }
+    let pool = stager.pool().context("a pooled stager")?;
+    while pool.wanted() > 0 {
+        stager.build_pooled()?;
+    }
+    anyhow::ensure!(pool.ready() > 0, "the pool built no copy of sdk/");
+    // A fresh copy is lent once it is older than a clock tick.
+    std::thread::sleep(Duration::from_millis(100));
+    Ok(())
 }
 
 /// Stage with `stager` until a run takes its subtree from the subtree cache (at most 4
@@ -71,6 +88,10 @@ fn time_unit(ctx: &mut Ctx, caches: &Caches, unit: Unit, rep: usize) -> Result<(
         }
         Unit::Warm => {
             ctx.stage(&caches.warm, "stage_warm")?;
+            ctx.quiet()?;
+        }
+        Unit::Pooled => {
+            ctx.pooled(&caches.pooled)?;
             ctx.quiet()?;
         }
         Unit::Loaded => {
@@ -141,10 +162,13 @@ pub fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Re
     } else {
         None
     };
+    let pooled = Stager::new(link_cache(cache_warm.root(), &dir.join("cache-pooled"))?)
+        .with_pool(Default::default())?;
     let caches = Caches {
         cold,
         warm,
         loaded: loaded_stager,
+        pooled,
         tree_fs,
     };
 
@@ -167,6 +191,9 @@ pub fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Re
         rows.push(Row::new(shape.name, "stage_second", 0, n));
     }
     rows.push(Row::new(shape.name, "stage_warm", 0, n));
+    for m in ["stage_warm_pooled", "recycle_check", "stage_noop_recycle"] {
+        rows.push(Row::new(shape.name, m, 0, n));
+    }
     if loaded {
         rows.push(Row::new(shape.name, "hardlink_loaded", 1, n));
         if env.reflink {
@@ -198,6 +225,7 @@ pub fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Re
     if let Some((st, _)) = &caches.loaded {
         warm_up(&mut ctx, st, tree_fs)?;
     }
+    warm_up_pool(&mut ctx, &caches.pooled)?;
     if tree_fs {
         let root = tree::load_directory(&cache_warm, &ctx.digest, "")?.context("root Directory")?;
         let sdk = root
@@ -215,7 +243,7 @@ pub fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Re
     if ctx.snap_src.is_some() {
         units.push(Unit::Snapshot);
     }
-    units.extend([Unit::Cold, Unit::Warm]);
+    units.extend([Unit::Cold, Unit::Warm, Unit::Pooled]);
     if loaded {
         units.push(Unit::Loaded);
     }

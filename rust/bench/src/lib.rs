@@ -22,6 +22,10 @@
 //!   the device profile and the directory entries warm). Where the stage hardlinked,
 //!   `stage_check` times `StagedRoot::check_inputs` after the warm stage (one lstat per
 //!   hardlinked cache inode: the cost of detecting writes through hardlinks, e.g. as root).
+//!   With a fourth stager that keeps a pool of ready subtrees (its copy of `sdk/` built during
+//!   warm-up): `stage_warm_pooled` (the stage that takes the copy by one rename),
+//!   `recycle_check` (proving it untouched and renaming it back, `Pool::recycle`) and
+//!   `stage_noop_recycle` (stage, run `/bin/true` in the root, recycle: one action's loop).
 //! - where the filesystem snapshots (btrfs; `--loaded always` elsewhere) the same warm path and
 //!   the raw methods while a background thread keeps creating unsynced 64 KiB files (and
 //!   removing the oldest) on the same filesystem, like a build writing outputs (`load.rs`):

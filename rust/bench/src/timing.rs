@@ -138,6 +138,58 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// With a pooled stager (its copy of `sdk/` ready): `stage_warm_pooled` (the stage that
+    /// takes it), `recycle_check` (the proof that it is untouched and the rename back), and
+    /// `stage_noop_recycle` (stage, run `/bin/true` in the root, recycle) as one loop.
+    pub fn pooled(&mut self, stager: &Stager) -> Result<()> {
+        let pool = stager.pool().context("a pooled stager")?.clone();
+        for method in ["stage_warm_pooled", "stage_noop_recycle"] {
+            let dest = self.dest(method);
+            let req = StageRequest {
+                root: self.digest,
+                dest: dest.clone(),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let mut staged = stager
+                .stage(&req)
+                .with_context(|| format!("{method} into {}", dest.display()))?;
+            let stage_d = t.elapsed();
+            anyhow::ensure!(
+                staged.counters.pool_hits > 0,
+                "{method}: no ready copy was taken (pool: {} ready)",
+                pool.ready()
+            );
+            if method == "stage_noop_recycle" {
+                let st = std::process::Command::new("/bin/true")
+                    .current_dir(&dest)
+                    .status()
+                    .context("run /bin/true")?;
+                anyhow::ensure!(st.success(), "/bin/true failed");
+            }
+            let t_check = Instant::now();
+            for l in staged.take_loans() {
+                pool.recycle(stager.cache(), &dest, l).map_err(|e| {
+                    anyhow::anyhow!("{method}: an untouched copy was discarded: {e:?}")
+                })?;
+            }
+            let check_d = t_check.elapsed();
+            let c = staged.counters.clone();
+            drop(staged);
+            stager.ledger().flush();
+            if method == "stage_warm_pooled" {
+                self.record(method, stage_d, Some(c));
+                self.record("recycle_check", check_d, None);
+            } else {
+                self.record(method, t.elapsed(), Some(c));
+            }
+            clonestage_engine::remove::remove_tree(&dest)?;
+        }
+        Ok(())
+    }
+}
+
 /// This thread's user + system CPU time, µs.
 fn thread_cpu_us() -> u64 {
     let mut ts = libc::timespec {

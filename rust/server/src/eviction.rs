@@ -65,6 +65,16 @@ pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
     if bytes <= limits.low || (bytes <= limits.max && !idle) {
         return None;
     }
+    // Pooled copies go first: each holds a pin that keeps every blob it links.
+    if let Some(pool) = state.stager.pool() {
+        let n = pool.drain();
+        if n > 0 {
+            tracing::info!(
+                copies = n,
+                "dropped the pool's ready copies before evicting"
+            );
+        }
+    }
     match state.cache.gc(limits.low) {
         Ok(r) => {
             tracing::info!(

@@ -35,7 +35,11 @@ impl State {
         limits: clonestage_engine::stage::TreeLimits,
         activity: Arc<dyn Activity>,
     ) -> State {
-        let stager = Stager::new(cache.clone()).with_limits(limits);
+        let mut stager = Stager::new(cache.clone()).with_limits(limits);
+        // Ready copies of hot subtrees (the engine's `stage::pool`); a stale pool is emptied.
+        if let Err(e) = stager.enable_pool(clonestage_engine::stage::PoolBounds::default()) {
+            tracing::warn!(error = %e, "no pool of ready subtrees: every subtree is staged per action");
+        }
         let ledger_flush = Arc::new(LedgerFlush::new(stager.ledger().clone(), activity.clone()));
         State {
             stager,

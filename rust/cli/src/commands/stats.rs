@@ -40,6 +40,13 @@ pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
         "subtree cache: {} hits, {} misses",
         s.subtree_hits, s.subtree_misses
     );
+    println!(
+        "pool of ready subtrees: {} hits, {} misses, {} recycled, {} built, {} discarded",
+        s.pool_hits, s.pool_misses, s.pool_recycled, s.pool_built, s.pool_discarded
+    );
+    for (k, v) in &s.pool_discard_reasons {
+        println!("  {k:<10} {v}");
+    }
     println!("fallbacks: {}", s.fallbacks);
     for (k, v) in &s.fallback_reasons {
         println!("  {k:<10} {v}");

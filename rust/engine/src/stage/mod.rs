@@ -107,6 +107,12 @@ impl Stager {
     /// whoever runs this stager builds copies (`build_pooled`) and returns them
     /// (`StagedRoot::take_loans`, `Pool::recycle`).
     pub fn with_pool(mut self, bounds: PoolBounds) -> Result<Stager> {
+        self.enable_pool(bounds)?;
+        Ok(self)
+    }
+
+    /// `with_pool` in place (on error the stager stays without a pool).
+    pub fn enable_pool(&mut self, bounds: PoolBounds) -> Result<()> {
         let chmod_to_move = !self.modes.dirs_direct;
         self.pool = Some(Arc::new(Pool::new(
             &self.cache,
@@ -114,7 +120,7 @@ impl Stager {
             bounds,
             chmod_to_move,
         )?));
-        Ok(self)
+        Ok(())
     }
 
     pub fn pool(&self) -> Option<&Arc<Pool>> {

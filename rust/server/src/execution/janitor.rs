@@ -1,9 +1,28 @@
 //! The janitor: one thread that removes finished actions' work dirs while no action runs
-//! (see `Janitor`), and all of them at once at shutdown.
+//! (see `Janitor`), and all of them at once at shutdown. It also looks after the engine's pool
+//! of ready subtrees: a finished action's pooled copies go back (proven untouched, or
+//! discarded) as soon as the action has answered, before its work dir waits for removal; and
+//! while nothing else is due and fewer actions run than the server's job limit, it builds the
+//! copies the pool wants (the hook `set_builder`).
 
 use super::workdir::remove;
+use clonestage_engine::stage::{Loan, Pool};
+use clonestage_engine::Cache;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A finished action's pooled copies, to return before its work dir is removed.
+pub(crate) struct Returned {
+    /// The staged root holding them.
+    pub root: PathBuf,
+    pub loans: Vec<Loan>,
+    pub pool: Arc<Pool>,
+    pub cache: Arc<Cache>,
+}
+
+/// Builds one pooled copy if one is wanted and `running` actions leave room; true if it did.
+pub(crate) type Builder = Box<dyn Fn(usize) -> bool + Send + Sync>;
 
 /// Finished actions' work dirs, removed by one thread while no action runs. Removing a
 /// 1,600-file root costs about as much CPU as staging it (each unlink updates a shared cache
@@ -18,6 +37,17 @@ pub(crate) struct Janitor {
     hurry: std::sync::atomic::AtomicBool,
     /// A dir taken off the queue and being removed (counted in `pending`).
     removing: std::sync::atomic::AtomicUsize,
+    /// Work dirs whose pooled copies go back first (counted in `pending`).
+    returns: std::sync::Mutex<std::collections::VecDeque<(PathBuf, Returned)>>,
+    builder: std::sync::OnceLock<Builder>,
+}
+
+/// What the thread does next.
+enum Next {
+    Remove(PathBuf),
+    Return,
+    Build,
+    Exit,
 }
 
 /// How often the janitor looks whether the server is idle.
@@ -33,10 +63,41 @@ impl Janitor {
         self.wake.notify_one();
     }
 
+    /// Queue `dir` after returning `r`'s copies to their pool (done first, without waiting
+    /// for idleness: the next action may want them).
+    pub fn push_returning(&self, dir: PathBuf, r: Returned) {
+        self.returns.lock().unwrap().push_back((dir, r));
+        let _q = self.queue.lock().unwrap();
+        self.wake.notify_one();
+    }
+
+    /// Build pooled copies with `b` whenever nothing else is due.
+    pub fn set_builder(&self, b: Builder) {
+        let _ = self.builder.set(b);
+    }
+
     /// Dirs not removed yet, the one being removed included.
     pub fn pending(&self) -> usize {
         let q = self.queue.lock().unwrap();
-        q.len() + self.removing.load(Ordering::SeqCst)
+        q.len() + self.removing.load(Ordering::SeqCst) + self.returns.lock().unwrap().len()
+    }
+
+    fn return_one(&self) {
+        let Some((dir, r)) = self.returns.lock().unwrap().pop_front() else {
+            return;
+        };
+        let t0 = std::time::Instant::now();
+        let n = r.loans.len();
+        for l in r.loans {
+            // Discards are counted and logged by the pool; the copy stays in `dir`.
+            let _ = r.pool.recycle(&r.cache, &r.root, l);
+        }
+        tracing::debug!(
+            copies = n,
+            recycle_us = t0.elapsed().as_micros() as u64,
+            "pooled copies returned"
+        );
+        self.push(dir);
     }
 
     /// Remove what is queued without waiting for idleness (shutdown).
@@ -61,40 +122,62 @@ impl Janitor {
     fn work_loop(&self, running: impl Fn() -> Option<usize>) {
         let mut quiet = 0u32;
         loop {
-            let next = {
-                let mut q = self.queue.lock().unwrap();
-                loop {
-                    let gone = running().is_none();
-                    if gone && q.is_empty() {
-                        return;
+            match self.next(&running, &mut quiet) {
+                Next::Exit => return,
+                Next::Return => self.return_one(),
+                Next::Build => {
+                    let built = match (self.builder.get(), running()) {
+                        (Some(b), Some(n)) => b(n),
+                        _ => false,
+                    };
+                    if !built {
+                        let q = self.queue.lock().unwrap();
+                        let _ = self.wake.wait_timeout(q, POLL).unwrap();
                     }
-                    if !q.is_empty() {
-                        match running() {
-                            Some(0) | None => quiet += 1,
-                            Some(_) => quiet = 0,
-                        }
-                        let hurry = gone || self.hurry.load(Ordering::SeqCst);
-                        if hurry || quiet >= QUIET || q.len() > MAX_PENDING {
-                            // Counted before it leaves the queue (both under the lock), so
-                            // `pending` never reads zero while a dir still exists.
-                            self.removing.fetch_add(1, Ordering::SeqCst);
-                            break q.pop_front();
-                        }
+                }
+                Next::Remove(dir) => {
+                    let t0 = std::time::Instant::now();
+                    if let Err(e) = remove(&dir) {
+                        tracing::error!(path = %dir.display(), error = %e, "cannot remove work dir");
                     }
-                    q = self.wake.wait_timeout(q, POLL).unwrap().0;
+                    tracing::debug!(
+                        remove_us = t0.elapsed().as_micros() as u64,
+                        "work dir removed"
+                    );
+                    self.removing.fetch_sub(1, Ordering::SeqCst);
                 }
-            };
-            if let Some(dir) = next {
-                let t0 = std::time::Instant::now();
-                if let Err(e) = remove(&dir) {
-                    tracing::error!(path = %dir.display(), error = %e, "cannot remove work dir");
-                }
-                tracing::debug!(
-                    remove_us = t0.elapsed().as_micros() as u64,
-                    "work dir removed"
-                );
-                self.removing.fetch_sub(1, Ordering::SeqCst);
             }
+        }
+    }
+
+    fn next(&self, running: &impl Fn() -> Option<usize>, quiet: &mut u32) -> Next {
+        let mut q = self.queue.lock().unwrap();
+        loop {
+            if !self.returns.lock().unwrap().is_empty() {
+                return Next::Return;
+            }
+            let gone = running().is_none();
+            if gone && q.is_empty() {
+                return Next::Exit;
+            }
+            if !q.is_empty() {
+                match running() {
+                    Some(0) | None => *quiet += 1,
+                    Some(_) => *quiet = 0,
+                }
+                let hurry = gone || self.hurry.load(Ordering::SeqCst);
+                if hurry || *quiet >= QUIET || q.len() > MAX_PENDING {
+                    // Counted before it leaves the queue (both under the lock), so
+                    // `pending` never reads zero while a dir still exists.
+                    self.removing.fetch_add(1, Ordering::SeqCst);
+                    let dir = q.pop_front().expect("not empty");
+                    return Next::Remove(dir);
+                }
+            }
+            if self.builder.get().is_some() && !self.hurry.load(Ordering::SeqCst) && !gone {
+                return Next::Build;
+            }
+            q = self.wake.wait_timeout(q, POLL).unwrap().0;
         }
     }
 }

@@ -8,6 +8,7 @@
 //!   "staging_us": N, "bytes": N, "directories": N, "symlinks": N,
 //!   "files": { "clonefile": N, "reflink": N, "snapshot": N, "hardlink": N, "copy": N, "empty": N },
 //!   "subtree_hits": N, "subtree_misses": N,
+//!   "pool_hits": N, "pool_misses": N,            // subtrees taken from / not found in the pool
 //!   "fallbacks": { "<reason>": N, ... },          // e.g. exdev, enotsup, emlink
 //!   "hardlinked_inodes": N, "tampered_inputs": N,
 //!   "command": { "exit_code": N, "signal": N, "wall_us": N, "user_us": N, "sys_us": N,
@@ -121,6 +122,8 @@ pub(crate) fn staging_struct(f: &StagingFigures) -> Struct {
         ("symlinks", c.symlinks),
         ("subtree_hits", c.subtree_hits),
         ("subtree_misses", c.subtree_misses),
+        ("pool_hits", c.pool_hits),
+        ("pool_misses", c.pool_misses),
         ("hardlinked_inodes", f.hardlinked_inodes as u64),
         ("tampered_inputs", f.tampered_inputs as u64),
     ]);

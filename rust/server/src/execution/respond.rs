@@ -206,7 +206,7 @@ fn record_figures(
         .ledger()
         .add(|c| server_counters::add_action(c, &figures));
     let janitor = exec.janitor.clone();
-    state.background(move |_| leftovers.discard(&janitor));
+    state.background(move |state| leftovers.discard(&janitor, state.stager.pool(), &state.cache));
 }
 
 fn log_ran(

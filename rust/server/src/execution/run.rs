@@ -7,7 +7,7 @@
 
 use super::action::Prepared;
 use super::exec_state::ExecState;
-use super::janitor::Janitor;
+use super::janitor::{Janitor, Returned};
 use super::metadata::{self, now, StagingFigures, Timeline};
 use super::operations::ActionControl;
 use super::spawn::{self, SpawnRequest, SpawnStats};
@@ -15,9 +15,12 @@ use super::workdir::WorkDir;
 use crate::failure::Failure;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use clonestage_engine::stage::Pool;
 use clonestage_engine::tree::SymlinkPolicy;
+use clonestage_engine::Cache;
 use clonestage_engine::{Digest, MethodPreference, PutFile, StageRequest};
 use std::path::Path;
+use std::sync::Arc;
 
 /// An action that ran (whatever its exit code).
 pub(crate) struct Executed {
@@ -40,9 +43,23 @@ pub(crate) struct Leftovers {
 }
 
 impl Leftovers {
-    pub fn discard(self, janitor: &Janitor) {
+    /// `pool`: the stager's pool, to which the copies the root took go back first.
+    pub fn discard(mut self, janitor: &Janitor, pool: Option<&Arc<Pool>>, cache: &Arc<Cache>) {
+        let loans = self.staged.take_loans();
+        let root = self.staged.dest.clone();
         drop(self.staged);
-        janitor.push(self.work.defer());
+        match pool {
+            Some(pool) if !loans.is_empty() => janitor.push_returning(
+                self.work.defer(),
+                Returned {
+                    root,
+                    loans,
+                    pool: pool.clone(),
+                    cache: cache.clone(),
+                },
+            ),
+            _ => janitor.push(self.work.defer()),
+        }
     }
 }
 
