@@ -89,6 +89,8 @@ fn time_unit(ctx: &mut Ctx, caches: &Caches, unit: Unit, rep: usize) -> Result<(
         Unit::Warm => {
             ctx.stage(&caches.warm, "stage_warm")?;
             ctx.quiet()?;
+            ctx.noop_remove(&caches.warm)?;
+            ctx.quiet()?;
         }
         Unit::Pooled => {
             ctx.pooled(&caches.pooled)?;
@@ -191,7 +193,12 @@ pub fn bench_shape(args: &BenchArgs, env: &Env, shape: &Shape, dir: &Path) -> Re
         rows.push(Row::new(shape.name, "stage_second", 0, n));
     }
     rows.push(Row::new(shape.name, "stage_warm", 0, n));
-    for m in ["stage_warm_pooled", "recycle_check", "stage_noop_recycle"] {
+    for m in [
+        "stage_noop_remove",
+        "stage_warm_pooled",
+        "recycle_check",
+        "stage_noop_recycle",
+    ] {
         rows.push(Row::new(shape.name, m, 0, n));
     }
     if loaded {

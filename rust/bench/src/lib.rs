@@ -25,7 +25,9 @@
 //!   With a fourth stager that keeps a pool of ready subtrees (its copy of `sdk/` built during
 //!   warm-up): `stage_warm_pooled` (the stage that takes the copy by one rename),
 //!   `recycle_check` (proving it untouched and renaming it back, `Pool::recycle`) and
-//!   `stage_noop_recycle` (stage, run `/bin/true` in the root, recycle: one action's loop).
+//!   `stage_noop_recycle` (stage, run `/bin/true` in the root, recycle: one action's loop),
+//!   beside `stage_noop_remove`, the loop it replaces (the warm per-file stage, `/bin/true`,
+//!   removing the root: what the server's janitor does with a root today).
 //! - where the filesystem snapshots (btrfs; `--loaded always` elsewhere) the same warm path and
 //!   the raw methods while a background thread keeps creating unsynced 64 KiB files (and
 //!   removing the oldest) on the same filesystem, like a build writing outputs (`load.rs`):

@@ -139,6 +139,30 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// The per-file loop the pooled one replaces (`stage_noop_remove`): stage with `stager`
+    /// (no pool), run `/bin/true` in the root, remove the root, all timed.
+    pub fn noop_remove(&mut self, stager: &Stager) -> Result<()> {
+        let method = "stage_noop_remove";
+        let dest = self.dest(method);
+        let req = StageRequest {
+            root: self.digest,
+            dest: dest.clone(),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let staged = stager
+            .stage(&req)
+            .with_context(|| format!("{method} into {}", dest.display()))?;
+        noop(&dest)?;
+        let c = staged.counters.clone();
+        drop(staged);
+        clonestage_engine::remove::remove_tree(&dest)?;
+        let d = t.elapsed();
+        stager.ledger().flush();
+        self.record(method, d, Some(c));
+        Ok(())
+    }
+
     /// With a pooled stager (its copy of `sdk/` ready): `stage_warm_pooled` (the stage that
     /// takes it), `recycle_check` (the proof that it is untouched and the rename back), and
     /// `stage_noop_recycle` (stage, run `/bin/true` in the root, recycle) as one loop.
@@ -162,11 +186,7 @@ impl Ctx<'_> {
                 pool.ready()
             );
             if method == "stage_noop_recycle" {
-                let st = std::process::Command::new("/bin/true")
-                    .current_dir(&dest)
-                    .status()
-                    .context("run /bin/true")?;
-                anyhow::ensure!(st.success(), "/bin/true failed");
+                noop(&dest)?;
             }
             let t_check = Instant::now();
             for l in staged.take_loans() {
@@ -188,6 +208,16 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// The no-op action: `/bin/true` run in the root.
+fn noop(root: &std::path::Path) -> Result<()> {
+    let st = std::process::Command::new("/bin/true")
+        .current_dir(root)
+        .status()
+        .context("run /bin/true")?;
+    anyhow::ensure!(st.success(), "/bin/true failed");
+    Ok(())
 }
 
 /// This thread's user + system CPU time, µs.

@@ -21,11 +21,12 @@
 //! The copy's top directory is renamed at each take and return, which moves its ctime: its
 //! ctime is recorded again right after each rename (`Record::retop`).
 
-use crate::cas::{Cache, BLOB_MTIME};
+use crate::cas::{Cache, RelName, BLOB_MTIME};
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
+use crate::platform::Dir;
 use crate::stage::plan::Source;
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,6 +57,24 @@ impl Id {
         }
     }
 
+    /// From a `stat` (what `fstatat` gives on the verify path).
+    #[allow(clippy::unnecessary_cast)] // the field types differ between Linux and macOS
+    fn of_stat(st: &libc::stat, private: bool) -> Id {
+        let is_dir = st.st_mode as u32 & libc::S_IFMT as u32 == libc::S_IFDIR as u32;
+        Id {
+            ino: st.st_ino as u64,
+            mode: st.st_mode as u32,
+            uid: st.st_uid as u32,
+            gid: st.st_gid as u32,
+            size: if is_dir { 0 } else { st.st_size as u64 },
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            private: private.then_some((
+                st.st_nlink as u64,
+                (st.st_ctime as i64, st.st_ctime_nsec as i64),
+            )),
+        }
+    }
+
     /// The first field that differs, as a short reason name.
     fn differs(&self, now: &Id) -> Option<&'static str> {
         if self.ino != now.ino {
@@ -82,11 +101,16 @@ impl Id {
 struct Entry {
     /// Relative to the copy's top ("" for the top).
     rel: PathBuf,
+    /// Its last component, for `fstatat` relative to its directory (empty for directories,
+    /// which are lstat'ed by path and opened).
+    leaf: CString,
     id: Id,
     /// Directories: the sorted names they hold.
     listing: Option<Vec<OsString>>,
     /// Hardlinked files: the cache path that must still name this inode.
     cache_path: Option<PathBuf>,
+    /// And the cache inode's name relative to the cache's open shard directory.
+    cache_inode: Option<(Digest, bool)>,
 }
 
 /// What a ready copy was when it was made.
@@ -131,6 +155,7 @@ impl Record {
                 let p = here.join(&f.name);
                 let m = std::fs::symlink_metadata(&p).ctx("lstat", &p)?;
                 let fd = Digest::from_opt_proto(f.digest.as_ref(), &f.name)?;
+                let inode = (m.nlink() > 1).then_some((fd, f.is_executable));
                 let cache_path = if m.nlink() > 1 {
                     let cp = if f.is_executable {
                         cache.exec_path(&fd)
@@ -151,6 +176,7 @@ impl Record {
                 };
                 let private = cache_path.is_none();
                 r.push(rel.join(&f.name), Id::of(&m, private), None, cache_path);
+                r.entries.last_mut().expect("pushed").cache_inode = inode;
             }
             for s in &node.symlinks {
                 let p = here.join(&s.name);
@@ -172,11 +198,20 @@ impl Record {
                 self.newest = c;
             }
         }
+        let leaf = if listing.is_some() {
+            CString::default()
+        } else {
+            use std::os::unix::ffi::OsStrExt;
+            let name = rel.file_name().unwrap_or_default().as_bytes();
+            CString::new(name).unwrap_or_default()
+        };
         self.entries.push(Entry {
             rel,
+            leaf,
             id,
             listing,
             cache_path: cp,
+            cache_inode: None,
         });
     }
 
@@ -221,29 +256,51 @@ impl Record {
     }
 
     /// Prove the copy at `top` is what was recorded. Err: the reason it is not (a short name
-    /// for counters) and the path where it differs.
-    pub(crate) fn verify(&self, top: &Path) -> std::result::Result<(), (&'static str, PathBuf)> {
+    /// for counters) and the path where it differs. Directories are lstat'ed by path (their
+    /// parents' entries were proven first, so no component is a symlink) and opened; the
+    /// entries in them are `fstatat`'ed relative to that fd, and hardlinked files' cache inodes
+    /// relative to the cache's open shard directories: one short lookup each.
+    pub(crate) fn verify(
+        &self,
+        cache: &Cache,
+        top: &Path,
+    ) -> std::result::Result<(), (&'static str, PathBuf)> {
+        let mut dir: Option<Dir> = None;
         for e in &self.entries {
-            let p = top.join(&e.rel);
-            let m = match std::fs::symlink_metadata(&p) {
-                Ok(m) => m,
-                Err(_) => return Err(("missing", p)),
-            };
-            let now = Id::of(&m, e.cache_path.is_none());
-            if let Some(why) = e.id.differs(&now) {
-                return Err((why, p));
-            }
-            if let Some(l) = &e.listing {
+            let now = if let Some(l) = &e.listing {
+                let p = top.join(&e.rel);
+                let m = std::fs::symlink_metadata(&p).map_err(|_| ("missing", p.clone()))?;
+                let now = Id::of(&m, true);
+                if let Some(why) = e.id.differs(&now) {
+                    return Err((why, p));
+                }
                 match listing(&p) {
                     Ok(now) if &now == l => {}
                     _ => return Err(("listing", p)),
                 }
+                dir = Some(Dir::open(&p).map_err(|_| ("missing", p.clone()))?);
+                continue;
+            } else {
+                let d = dir.as_ref().expect("a directory comes before its entries");
+                match d.stat_at(&e.leaf) {
+                    Ok(st) => Id::of_stat(&st, e.cache_inode.is_none()),
+                    Err(_) => return Err(("missing", top.join(&e.rel))),
+                }
+            };
+            if let Some(why) = e.id.differs(&now) {
+                return Err((why, top.join(&e.rel)));
             }
-            if let Some(cp) = &e.cache_path {
+            if let Some((d, exec)) = &e.cache_inode {
                 // Still the cache's inode: a quarantine renames it away (`stage::tamper`).
-                match std::fs::symlink_metadata(cp) {
-                    Ok(cm) if cm.ino() == e.id.ino => {}
-                    _ => return Err(("quarantined", p)),
+                let rel = RelName::new(d);
+                let (fd, name) = cache.locate(&rel, *exec);
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: a valid fd from the cache, a NUL-terminated name, an out-pointer.
+                let r =
+                    unsafe { libc::fstatat(fd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+                #[allow(clippy::unnecessary_cast)] // ino_t's width differs between OSes
+                if r != 0 || st.st_ino as u64 != e.id.ino {
+                    return Err(("quarantined", top.join(&e.rel)));
                 }
             }
         }

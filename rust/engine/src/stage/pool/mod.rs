@@ -117,7 +117,7 @@ impl Pool {
         chmod_to_move: bool,
     ) -> Result<Pool> {
         let dir = cache.root().join("pool");
-        let stale = empty(&dir);
+        let stale = empty_locked(cache, &dir, || false)?.unwrap_or(0);
         if stale > 0 {
             tracing::info!(path = %dir.display(), copies = stale, "emptied a stale pool of ready subtrees");
         }
@@ -261,6 +261,29 @@ fn forget(s: &mut State, c: &Copy) {
     }
     s.copies -= 1;
     s.inodes -= c.record.inodes();
+}
+
+/// Empty `<cache>/pool/` for `clonestage gc`, unless `server_running()` (asked while holding
+/// `gc.lock`, which a starting server's `Pool::new` takes too, so a server cannot start
+/// building copies between the question and the removal): Ok(None) when a server holds the
+/// cache (its own eviction drains its pool), else how many copies were removed.
+pub fn empty_stale(cache: &Cache, server_running: impl Fn() -> bool) -> Result<Option<usize>> {
+    empty_locked(cache, &cache.root().join("pool"), server_running)
+}
+
+fn empty_locked(
+    cache: &Cache,
+    dir: &Path,
+    server_running: impl Fn() -> bool,
+) -> Result<Option<usize>> {
+    use crate::platform::{lock, open_lock, LockMode};
+    let p = cache.root().join("gc.lock");
+    let f = open_lock(&p).ctx("open", &p)?;
+    lock(&f, LockMode::Exclusive).ctx("flock", &p)?;
+    if server_running() {
+        return Ok(None);
+    }
+    Ok(Some(empty(dir)))
 }
 
 /// Remove everything under the pool directory `dir`; how many entries.

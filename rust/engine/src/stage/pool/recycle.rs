@@ -26,7 +26,7 @@ impl Pool {
                 path: path.to_path_buf(),
             }
         };
-        if let Err((reason, path)) = copy.record.verify(&top) {
+        if let Err((reason, path)) = copy.record.verify(cache, &top) {
             return Err(fail(&copy, reason, &path));
         }
         let since = cache.quarantined_since(copy.mark);

@@ -381,3 +381,15 @@ fn a_new_pool_empties_a_stale_one() {
     );
     assert_eq!(st.pool().unwrap().ready(), 0);
 }
+
+#[test]
+fn gc_empties_a_stale_pool_only_when_no_server_holds_the_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = Cache::open(&d.path().join("cache")).unwrap();
+    let stale = cache.root().join("pool/abc.0");
+    std::fs::create_dir_all(&stale).unwrap();
+    assert_eq!(super::empty_stale(&cache, || true).unwrap(), None);
+    assert!(stale.exists(), "a running server's pool was emptied");
+    assert_eq!(super::empty_stale(&cache, || false).unwrap(), Some(1));
+    assert!(!stale.exists());
+}
