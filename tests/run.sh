@@ -63,6 +63,9 @@ if [ ${#starlark[@]} -gt 0 ]; then
     "$BUILDIFIER" -lint=warn -mode=check "${starlark[@]}"
 fi
 
+step "perf: the parser that splits an action's extra time between Bazel and clonestage (tests/perf/split_test.py)"
+python3 tests/perf/split_test.py
+
 step "layout: import cycles, reach-ins between the server's services, long files, repeated names, a //! doc on every file (tests/layout)"
 python3 tests/layout/check_test.py
 python3 tests/layout/check.py
@@ -77,6 +80,9 @@ bash tests/module/release_test.sh
 
 step "launcher (tools/bazel) against stub clonestage and bazel"
 bash tests/launcher/run.sh
+
+step "upstream: a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying (tests/upstream, ~3.5 min)"
+bash tests/upstream/run.sh
 
 step "secrets: another uid against a TCP build through the launcher, and a restart (tests/secrets)"
 bash tests/secrets/run.sh

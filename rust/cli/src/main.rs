@@ -113,7 +113,7 @@ enum Cmd {
               value_parser = |s: &str| clonestage_server::WriteMode::parse(s).map_err(|e| e.to_string()))]
         upstream_write: clonestage_server::WriteMode,
         /// Milliseconds one upstream call may take (a lookup with its blobs: twice this).
-        #[arg(long, env = "CLONESTAGE_UPSTREAM_TIMEOUT_MS", default_value_t = 2000,
+        #[arg(long, env = "CLONESTAGE_UPSTREAM_TIMEOUT_MS", default_value_t = 1000,
               value_parser = clap::value_parser!(u64).range(1..))]
         upstream_timeout_ms: u64,
         /// Results the upload queue holds at most; beyond it new ones are dropped and counted.

@@ -83,8 +83,8 @@ async fn stalled_upstream_builds_stay_green() {
     let k = four_builds(&stalled_url(), |_| {}).await;
     assert_eq!(k["actions"], 4);
     assert_eq!(
-        k["upstream_errors"], 3,
-        "then the breaker stops the asking: {k:?}"
+        k["upstream_errors"], 1,
+        "one unanswered lookup opens the breaker at once (each costs a timeout): {k:?}"
     );
     assert_eq!(k["upstream_breaker_opens"], 1, "{k:?}");
 }

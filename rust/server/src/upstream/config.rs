@@ -59,7 +59,7 @@ pub struct UpstreamOptions {
 }
 
 impl UpstreamOptions {
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1000);
     pub const DEFAULT_QUEUE_MAX: usize = 10_000;
 
     pub fn new(url: &str) -> UpstreamOptions {

@@ -83,13 +83,21 @@ impl Upstream {
 
     /// A read call failed: counted, fed to the breaker, warned about once per bad period.
     fn read_failed(&self, what: &str, error: &str) {
+        self.failed(what, error, self.breaker.failure());
+    }
+
+    /// A read got no answer within its bound: as `read_failed`, and the breaker opens at once.
+    fn read_stalled(&self, what: &str, error: &str) {
+        self.failed(what, error, self.breaker.stall());
+    }
+
+    fn failed(&self, what: &str, error: &str, f: breaker::Failed) {
         self.count("upstream_errors");
-        let f = self.breaker.failure();
         if f.opened {
             self.count("upstream_breaker_opens");
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(upstream = %self.opts.url, error, "the upstream cache failed ({what}); builds go on locally, and after {} failures in a row it is not asked for {:?}", breaker::TRIP, breaker::OPEN_FOR);
+            tracing::warn!(upstream = %self.opts.url, error, "the upstream cache failed ({what}); builds go on locally, and after {} failures in a row, or one without an answer, it is not asked for {:?}", breaker::TRIP, breaker::OPEN_FOR);
         }
         if f.opened {
             tracing::info!(upstream = %self.opts.url, "upstream breaker open for {:?}", breaker::OPEN_FOR);

@@ -47,8 +47,10 @@ fn note_miss(up: &Upstream, action: Digest) {
 
 /// Why fetching failed.
 pub(super) enum FetchError {
-    /// The upstream failed (transport, status, deadline).
+    /// The upstream failed (transport, status).
     Call(String),
+    /// No answer within the bound: a stopped, stalled or overloaded upstream.
+    Stalled(String),
     /// The upstream lied: a blob it lacks though it named it, or bytes not matching.
     Lie(String),
 }
@@ -64,7 +66,7 @@ pub(super) async fn lookup(
     let deadline = Instant::now() + up.lookup_deadline();
     let found = tokio::time::timeout(up.lookup_deadline(), find(up, action, deadline)).await;
     let found = match found {
-        Err(_) => Err(FetchError::Call(format!(
+        Err(_) => Err(FetchError::Stalled(format!(
             "no answer within {:?}",
             up.lookup_deadline()
         ))),
@@ -89,6 +91,10 @@ pub(super) async fn lookup(
             up.read_failed("GetActionResult", &e);
             None
         }
+        Err(FetchError::Stalled(e)) => {
+            up.read_stalled("GetActionResult", &e);
+            None
+        }
         Err(FetchError::Lie(e)) => {
             tracing::warn!(upstream = %up.opts.url, action = %action, error = %e, "rejected the upstream's result");
             up.count("upstream_rejected");
@@ -103,11 +109,27 @@ async fn find(
     action: Digest,
     deadline: Instant,
 ) -> Result<Option<pb::ActionResult>, FetchError> {
-    let r = up
-        .client
-        .get_action_result(&action)
-        .await
-        .map_err(|s| FetchError::Call(status_text(&s)))?;
+    // The result is asked within one timeout (the fetch of its blobs gets the rest of the
+    // deadline): an upstream that does not answer this small call is stalled.
+    let asked_at = Instant::now();
+    let asked = tokio::time::timeout(up.opts.timeout, up.client.get_action_result(&action)).await;
+    let r = match asked {
+        Err(_) => {
+            return Err(FetchError::Stalled(format!(
+                "GetActionResult unanswered within {:?}",
+                up.opts.timeout
+            )))
+        }
+        // A connection that timed out (a server that accepts and never speaks) comes back as a
+        // transport error after the whole timeout: a stall too.
+        Ok(Err(s))
+            if s.code() == tonic::Code::DeadlineExceeded
+                || asked_at.elapsed() >= up.opts.timeout =>
+        {
+            return Err(FetchError::Stalled(status_text(&s)))
+        }
+        Ok(r) => r.map_err(|s| FetchError::Call(status_text(&s)))?,
+    };
     let Some(r) = r else {
         return Ok(None);
     };
@@ -334,13 +356,17 @@ pub(super) async fn fetch_inputs(up: &Upstream, missing: &[Digest]) -> usize {
             up.read_failed("fetching inputs", &e);
             0
         }
+        Ok(Err(FetchError::Stalled(e))) => {
+            up.read_stalled("fetching inputs", &e);
+            0
+        }
         Ok(Err(FetchError::Lie(e))) => {
             up.count("upstream_rejected");
             up.read_failed("an input blob that did not match its digest", &e);
             0
         }
         Err(_) => {
-            up.read_failed("fetching inputs", "deadline passed");
+            up.read_stalled("fetching inputs", "deadline passed");
             0
         }
     }
