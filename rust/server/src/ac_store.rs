@@ -85,29 +85,11 @@ impl AcStore {
 
 /// Every blob `r` refers to that the CAS lacks (the first one found), reading output trees.
 pub(crate) fn first_missing_blob(cache: &Cache, r: &ActionResult) -> Option<Digest> {
-    let mut want: Vec<Digest> = Vec::new();
-    let mut push = |d: Option<&bazel_remote_apis::build::bazel::remote::execution::v2::Digest>| {
-        if let Some(d) = d.and_then(|d| Digest::from_proto(d).ok()) {
-            want.push(d);
-        }
-    };
-    push(r.stdout_digest.as_ref());
-    push(r.stderr_digest.as_ref());
-    for f in &r.output_files {
-        push(f.digest.as_ref());
-    }
-    let mut trees = Vec::new();
-    for dir in &r.output_directories {
-        push(dir.tree_digest.as_ref());
-        push(dir.root_directory_digest.as_ref());
-        if let Some(t) = dir
-            .tree_digest
-            .as_ref()
-            .and_then(|d| Digest::from_proto(d).ok())
-        {
-            trees.push(t);
-        }
-    }
+    let crate::result_digests::Named {
+        direct: want,
+        trees,
+        ..
+    } = crate::result_digests::named(r);
     if let Some(m) = want.iter().find(|d| !cache.contains(d)) {
         return Some(*m);
     }

@@ -26,6 +26,7 @@ mod failure;
 mod layout;
 mod ledger_flush;
 mod listen;
+mod result_digests;
 mod rpc_timing;
 mod server;
 mod server_counters;

@@ -22,8 +22,6 @@ pub(crate) struct Client {
     channel: Channel,
     pub instance: String,
     creds: Arc<Credentials>,
-    /// Sent as each call's grpc-timeout too.
-    timeout: Duration,
 }
 
 impl Client {
@@ -36,9 +34,7 @@ impl Client {
         let mut endpoint = Endpoint::from_shared(uri.to_string())
             .map_err(|e| anyhow::anyhow!("--upstream: {uri}: {e}"))?;
         if uri.starts_with("https://") {
-            endpoint = endpoint
-                .tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots())
-                .map_err(|e| anyhow::anyhow!("--upstream: TLS for {uri}: {e}"))?;
+            endpoint = super::tls::configure(endpoint, uri)?;
         }
         let channel = endpoint
             .connect_timeout(timeout)
@@ -50,7 +46,6 @@ impl Client {
             channel,
             instance: instance.to_string(),
             creds,
-            timeout,
         })
     }
 
@@ -100,6 +95,7 @@ impl Client {
     pub async fn get_action_result(
         &self,
         action: &Digest,
+        timeout: Duration,
     ) -> Result<Option<pb::ActionResult>, Status> {
         let req = self
             .request(
@@ -110,7 +106,7 @@ impl Client {
                     inline_stderr: false,
                     ..Default::default()
                 },
-                self.timeout,
+                timeout,
             )
             .await;
         match self.ac().get_action_result(req).await {

@@ -11,6 +11,7 @@ mod client;
 pub(crate) mod config;
 mod credentials;
 mod read_through;
+mod tls;
 mod upload;
 mod write_behind;
 
@@ -33,6 +34,9 @@ pub(crate) struct Upstream {
     queue: write_behind::Queue,
     /// Whether the last read call failed (so only the first failure of a run warns).
     warned: AtomicBool,
+    /// Some read was answered since start: the connection is up, so a small call that takes
+    /// longer than the timeout is a stall (before that, connecting shares its bound).
+    answered: AtomicBool,
     /// Actions the upstream did not have a moment ago (`read_through::RECENT_MISS`): Bazel's
     /// Execute right after its GetActionResult does not ask twice.
     recent_misses: std::sync::Mutex<std::collections::HashMap<Digest, std::time::Instant>>,
@@ -68,6 +72,7 @@ impl Upstream {
             cache,
             queue,
             warned: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
             recent_misses: Default::default(),
         }))
     }
@@ -105,9 +110,20 @@ impl Upstream {
     }
 
     fn read_ok(&self) {
+        self.answered.store(true, Ordering::Relaxed);
         self.breaker.success();
         if self.warned.swap(false, Ordering::Relaxed) {
             tracing::info!(upstream = %self.opts.url, "the upstream cache answers again");
+        }
+    }
+
+    /// How long GetActionResult may take: the timeout, or twice that while no read has been
+    /// answered yet (the first call also connects, e.g. a TLS handshake far away).
+    fn ask_bound(&self) -> Duration {
+        if self.answered.load(Ordering::Relaxed) {
+            self.opts.timeout
+        } else {
+            self.opts.timeout * 2
         }
     }
 

@@ -109,22 +109,27 @@ async fn find(
     action: Digest,
     deadline: Instant,
 ) -> Result<Option<pb::ActionResult>, FetchError> {
-    // The result is asked within one timeout (the fetch of its blobs gets the rest of the
-    // deadline): an upstream that does not answer this small call is stalled.
+    // The result is asked within one timeout, two before the first answer (the fetch of its
+    // blobs gets the rest of the deadline): an upstream that does not answer this small call
+    // is stalled.
     let asked_at = Instant::now();
-    let asked = tokio::time::timeout(up.opts.timeout, up.client.get_action_result(&action)).await;
+    let bound = up.ask_bound();
+    let asked = tokio::time::timeout(bound, up.client.get_action_result(&action, bound)).await;
     let r = match asked {
         Err(_) => {
             return Err(FetchError::Stalled(format!(
                 "GetActionResult unanswered within {:?}",
-                up.opts.timeout
+                bound
             )))
         }
-        // A connection that timed out (a server that accepts and never speaks) comes back as a
-        // transport error after the whole timeout: a stall too.
+        // The call's own deadline (tonic answers CANCELLED "Timeout expired" when the timeout
+        // it sent as grpc-timeout passes), or a connection that timed out (a server that
+        // accepts and never speaks) after the connect timeout: a stall too.
         Ok(Err(s))
-            if s.code() == tonic::Code::DeadlineExceeded
-                || asked_at.elapsed() >= up.opts.timeout =>
+            if matches!(
+                s.code(),
+                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            ) || asked_at.elapsed() >= up.opts.timeout =>
         {
             return Err(FetchError::Stalled(status_text(&s)))
         }
@@ -134,26 +139,7 @@ async fn find(
         return Ok(None);
     };
     // Outputs first: a Tree must be here before the files it lists can be known.
-    let mut direct = Vec::new();
-    let mut bad = None;
-    let mut push = |d: Option<&pb::Digest>| match d.map(Digest::from_proto) {
-        None => {}
-        Some(Ok(d)) => direct.push(d),
-        Some(Err(e)) => bad = Some(e.to_string()),
-    };
-    push(r.stdout_digest.as_ref());
-    push(r.stderr_digest.as_ref());
-    for f in &r.output_files {
-        push(f.digest.as_ref());
-    }
-    let mut trees = Vec::new();
-    for d in &r.output_directories {
-        push(d.tree_digest.as_ref());
-        push(d.root_directory_digest.as_ref());
-        if let Some(Ok(t)) = d.tree_digest.as_ref().map(Digest::from_proto) {
-            trees.push(t);
-        }
-    }
+    let crate::result_digests::Named { direct, trees, bad } = crate::result_digests::named(&r);
     if let Some(e) = bad {
         return Err(FetchError::Lie(format!(
             "its result names a bad digest: {e}"

@@ -26,27 +26,9 @@ pub(super) enum UploadError {
 
 /// Every blob `r` names, the files of its output trees included (trees read from `cache`).
 pub(super) fn result_blobs(cache: &Cache, r: &pb::ActionResult) -> Vec<Digest> {
-    let mut out = Vec::new();
-    let mut push = |d: Option<&pb::Digest>| {
-        if let Some(Ok(d)) = d.map(Digest::from_proto) {
-            if !d.is_empty() {
-                out.push(d);
-            }
-        }
-    };
-    push(r.stdout_digest.as_ref());
-    push(r.stderr_digest.as_ref());
-    for f in &r.output_files {
-        push(f.digest.as_ref());
-    }
-    let mut trees = Vec::new();
-    for d in &r.output_directories {
-        push(d.tree_digest.as_ref());
-        push(d.root_directory_digest.as_ref());
-        if let Some(Ok(t)) = d.tree_digest.as_ref().map(Digest::from_proto) {
-            trees.push(t);
-        }
-    }
+    let named = crate::result_digests::named(r);
+    let mut out: Vec<Digest> = named.direct.into_iter().filter(|d| !d.is_empty()).collect();
+    let trees = named.trees;
     for t in trees {
         let Some(tree) = cache
             .read(&t)
@@ -58,7 +40,11 @@ pub(super) fn result_blobs(cache: &Cache, r: &pb::ActionResult) -> Vec<Digest> {
         };
         for dir in tree.root.iter().chain(tree.children.iter()) {
             for f in &dir.files {
-                push(f.digest.as_ref());
+                if let Some(Ok(d)) = f.digest.as_ref().map(Digest::from_proto) {
+                    if !d.is_empty() {
+                        out.push(d);
+                    }
+                }
             }
         }
     }
