@@ -123,7 +123,9 @@ fi
 # stats_b, b_secs; checks green, outputs, verify.
 b_build() {
   local name="$1" url="$2" cache="$up_tmp/cache-b-$1" t0 ok=1
-  up_start_cs "$cache" --upstream "$url"
+  # A patient timeout: on a loaded CI machine BuildGrid (or the lying proxy) can answer later
+  # than the default 1 s, which the server takes for a stall (breaker open: no hit, no lie seen).
+  up_start_cs "$cache" --upstream "$url" --upstream-timeout-ms 5000
   up_bazel "$cache" "$root_b" "$logs/b-$name-clean.log" clean
   t0=$SECONDS
   if up_bazel "$cache" "$root_b" "$logs/b-$name.log" "${build_flags[@]}"; then

@@ -19,9 +19,16 @@ use std::time::Duration;
 /// reaches it.
 const HANG: Duration = Duration::from_secs(60);
 
-fn opts(url: &str) -> UpstreamOptions {
+/// The timeout of the tests about a dead or stalled upstream: short, so they are quick.
+const QUICK: Duration = Duration::from_millis(300);
+/// The timeout of the tests about an answering upstream: an in-process fake answers in
+/// microseconds, but a loaded CI machine can hold a first answer past 300 ms, which is a stall
+/// that opens the breaker before the behaviour under test is seen.
+const PATIENT: Duration = Duration::from_secs(5);
+
+fn opts(url: &str, timeout: Duration) -> UpstreamOptions {
     UpstreamOptions {
-        timeout: Duration::from_millis(300),
+        timeout,
         ..UpstreamOptions::new(url)
     }
 }
@@ -54,8 +61,12 @@ async fn build(c: &mut Clients, marker: &str, plant: &impl Fn(Digest)) -> pb::Ac
 }
 
 /// Four actions through a server whose upstream is `url`; returns its counters.
-async fn four_builds(url: &str, plant: impl Fn(Digest)) -> std::collections::BTreeMap<String, u64> {
-    let mut s = TestServer::start_upstream(opts(url)).await;
+async fn four_builds(
+    url: &str,
+    timeout: Duration,
+    plant: impl Fn(Digest),
+) -> std::collections::BTreeMap<String, u64> {
+    let mut s = TestServer::start_upstream(opts(url, timeout)).await;
     let mut c = s.clients().await;
     tokio::time::timeout(HANG, async {
         for i in 0..4 {
@@ -72,7 +83,7 @@ async fn four_builds(url: &str, plant: impl Fn(Digest)) -> std::collections::BTr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn down_upstream_builds_stay_green() {
-    let k = four_builds(&down_url(), |_| {}).await;
+    let k = four_builds(&down_url(), QUICK, |_| {}).await;
     assert_eq!(k["actions"], 4);
     assert!(k["upstream_errors"] >= 3, "{k:?}");
     assert_eq!(k["upstream_breaker_opens"], 1, "{k:?}");
@@ -80,7 +91,7 @@ async fn down_upstream_builds_stay_green() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_upstream_builds_stay_green() {
-    let k = four_builds(&stalled_url(), |_| {}).await;
+    let k = four_builds(&stalled_url(), QUICK, |_| {}).await;
     assert_eq!(k["actions"], 4);
     assert_eq!(
         k["upstream_errors"], 1,
@@ -93,7 +104,7 @@ async fn stalled_upstream_builds_stay_green() {
 async fn erroring_upstream_is_asked_three_times_then_left_alone() {
     let up = FakeUpstream::start().await;
     up.set_mode(Mode::Errors);
-    let k = four_builds(&up.url, |_| {}).await;
+    let k = four_builds(&up.url, PATIENT, |_| {}).await;
     assert_eq!(k["actions"], 4);
     assert_eq!(
         up.calls("GetActionResult"),
@@ -122,7 +133,7 @@ async fn wrong_bytes_never_enter_the_local_cache() {
     let lie = up.put_blob(b"planted output\n");
     up.set_mode(Mode::WrongBytes);
     let fake = up.fake.clone();
-    let mut s = TestServer::start_upstream(opts(&up.url)).await;
+    let mut s = TestServer::start_upstream(opts(&up.url, PATIENT)).await;
     let mut c = s.clients().await;
     tokio::time::timeout(HANG, async {
         for i in 0..2 {
@@ -152,7 +163,7 @@ async fn a_result_naming_a_missing_blob_is_rejected() {
     let up = FakeUpstream::start().await;
     let absent = Digest::of_bytes(b"the upstream never had this");
     let fake = up.fake.clone();
-    let k = four_builds(&up.url, move |act| {
+    let k = four_builds(&up.url, PATIENT, move |act| {
         fake.data.lock().unwrap().ac.insert(act, planted(absent));
     })
     .await;
@@ -167,7 +178,7 @@ async fn grpcs_to_a_plaintext_server_fails_cleanly() {
     // as an upstream error: no panic, builds green.
     let up = FakeUpstream::start().await;
     let url = up.url.replace("grpc://", "grpcs://");
-    let k = four_builds(&url, |_| {}).await;
+    let k = four_builds(&url, PATIENT, |_| {}).await;
     assert_eq!(k["actions"], 4);
     assert!(k["upstream_errors"] >= 3, "{k:?}");
     assert_eq!(up.calls("GetActionResult"), 0);
