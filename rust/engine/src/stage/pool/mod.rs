@@ -71,6 +71,18 @@ pub(crate) struct Copy {
     pub(crate) _pin: PinGuard,
 }
 
+impl Copy {
+    /// Whether this process quarantined, since the copy was made, a cache inode it links.
+    pub(crate) fn links_a_quarantined_inode(&self, cache: &Cache) -> bool {
+        let since = cache.quarantined_since(self.mark);
+        !since.is_empty()
+            && self
+                .record
+                .cache_paths()
+                .any(|cp| since.iter().any(|q| q == cp))
+    }
+}
+
 /// A copy a root took: where in the root (relative to it), and its record.
 pub struct Loan {
     pub(crate) rel: PathBuf,

@@ -29,13 +29,7 @@ impl Pool {
         if let Err((reason, path)) = copy.record.verify(cache, &top) {
             return Err(fail(&copy, reason, &path));
         }
-        let since = cache.quarantined_since(copy.mark);
-        if !since.is_empty()
-            && copy
-                .record
-                .cache_paths()
-                .any(|cp| since.iter().any(|q| q == cp))
-        {
+        if copy.links_a_quarantined_inode(cache) {
             return Err(fail(&copy, "quarantined", &top));
         }
         let name = self.next_name(&copy.digest);

@@ -30,13 +30,7 @@ impl Pool {
             if list.is_empty() {
                 s.ready.remove(d);
             }
-            let since = cache.quarantined_since(copy.mark);
-            if !since.is_empty()
-                && copy
-                    .record
-                    .cache_paths()
-                    .any(|cp| since.iter().any(|q| q == cp))
-            {
+            if copy.links_a_quarantined_inode(cache) {
                 forget(&mut s, &copy);
                 drop(s);
                 discard::count(&self.ledger, "quarantined");
