@@ -82,9 +82,6 @@ bash tests/module/release_test.sh
 step "launcher (tools/bazel) against stub clonestage and bazel"
 bash tests/launcher/run.sh
 
-step "upstream: a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying (tests/upstream, ~3.5 min)"
-bash tests/upstream/run.sh
-
 step "secrets: another uid against a TCP build through the launcher, and a restart (tests/secrets)"
 bash tests/secrets/run.sh
 bash tests/secrets/run.sh --bazel   # the same with Bazel 4.2.3 (~30 s)
@@ -96,6 +93,10 @@ step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc
 
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh
+
+# After tests/e2e, which builds the spawn wrapper beside the helper (the servers here need it).
+step "upstream: a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying (tests/upstream, ~3.5 min)"
+bash tests/upstream/run.sh
 
 step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~45 s)"
 bash tests/teamrc/run.sh
