@@ -22,6 +22,7 @@
 mod access_log;
 mod gc;
 mod pins;
+mod quarantine_count;
 mod rel_name;
 mod sweep;
 mod verify;
@@ -30,6 +31,7 @@ mod write;
 pub use gc::cache_bytes;
 pub use gc::GcReport;
 pub use pins::PinGuard;
+pub(crate) use quarantine_count::Stamp as QuarantineStamp;
 pub(crate) use rel_name::RelName;
 pub use sweep::sweep_dead_tmp;
 pub use verify::CorruptBlob;
@@ -116,6 +118,7 @@ impl Cache {
             let p = root.join(sub);
             Dir::open(&p).ctx("open", &p)
         };
+        quarantine_count::ensure(&root);
         let (tmp, blobs, exec) = (open("tmp")?, open("blobs")?, open("exec")?);
         #[allow(clippy::unnecessary_cast)] // dev_t is i32 on macOS
         let dev = tmp.stat().ctx("fstat", root.join("tmp"))?.st_dev as u64;
@@ -143,6 +146,12 @@ impl Cache {
     pub(crate) fn quarantined_since(&self, mark: usize) -> Vec<PathBuf> {
         let q = self.quarantined.lock().unwrap();
         q.get(mark..).map(|s| s.to_vec()).unwrap_or_default()
+    }
+
+    /// The stamp of the quarantine count every process bumps (`quarantine_count`): equal
+    /// stamps, no inode was quarantined in between by anyone. None: unknown.
+    pub(crate) fn quarantine_stamp(&self) -> Option<quarantine_count::Stamp> {
+        quarantine_count::stamp(&self.root)
     }
 
     pub fn root(&self) -> &Path {
@@ -197,6 +206,14 @@ impl Cache {
             Ok(d) => (slot.get_or_init(|| d).as_raw_fd(), rel.leaf()),
             Err(_) => (top.as_raw_fd(), rel.as_cstr()),
         }
+    }
+
+    /// lstat of the cache's installed inode for `d` (its `exec/` one if `exec`), through the
+    /// open shard directory: one short lookup, no path built.
+    pub(crate) fn stat_installed(&self, d: &Digest, exec: bool) -> std::io::Result<libc::stat> {
+        let rel = RelName::new(d);
+        let (fd, name) = self.locate(&rel, exec);
+        crate::platform::stat_at(fd, name)
     }
 
     pub(crate) fn exec_path(&self, d: &Digest) -> PathBuf {

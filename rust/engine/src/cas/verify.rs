@@ -41,6 +41,7 @@ impl Cache {
     /// uploaded since, then also finds the record (`stage::tamper`).
     pub(crate) fn quarantine(&self, path: &std::path::Path) {
         self.quarantined.lock().unwrap().push(path.to_path_buf());
+        super::quarantine_count::bump(self.root());
         let dst = self.root().join("quarantine").join(
             self.tmp_name(
                 &path

@@ -121,16 +121,7 @@ impl Dir {
 
     /// lstat of a child.
     pub fn stat_at(&self, name: &CStr) -> io::Result<libc::stat> {
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        retry(|| unsafe {
-            libc::fstatat(
-                self.as_raw_fd(),
-                name.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        })?;
-        Ok(st)
+        stat_at(self.as_raw_fd(), name)
     }
 
     pub fn stat(&self) -> io::Result<libc::stat> {
@@ -147,6 +138,14 @@ impl Dir {
 }
 
 /// Open `name` relative to `dirfd` (or `libc::AT_FDCWD`) read-only.
+/// lstat of `name` in the directory `dirfd`.
+pub fn stat_at(dirfd: RawFd, name: &CStr) -> io::Result<libc::stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's open directory fd, a NUL-terminated name, an out-pointer.
+    retry(|| unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(st)
+}
+
 pub fn open_read_at(dirfd: RawFd, name: &CStr) -> io::Result<File> {
     let fd =
         retry(|| unsafe { libc::openat(dirfd, name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;

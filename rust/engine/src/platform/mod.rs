@@ -20,7 +20,7 @@
 mod dir;
 mod lock;
 pub use dir::{
-    copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, open_read_at, Dir,
+    copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, open_read_at, stat_at, Dir,
 };
 pub use lock::{lock, open_lock, try_lock, LockMode};
 

@@ -38,10 +38,22 @@ pub(crate) fn check(cache: &Cache, linked: &[(Digest, Inode)], mark: usize) -> F
         Inode::Replica { exec, n } => cache.replica_path(d, *exec, *n),
     };
     for (d, inode) in linked {
-        let p = path_of(d, inode);
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) => {
-                if m.len() != d.size || m.mtime() != BLOB_MTIME || m.mode() & 0o222 != 0 {
+        // Blob and exec inodes are stat'ed relative to the cache's open shard directory (one
+        // short lookup, no path built): this runs between the command and the response.
+        let st = match inode {
+            #[allow(clippy::unnecessary_cast)] // the field types differ between Linux and macOS
+            Inode::Blob | Inode::Exec => cache
+                .stat_installed(d, *inode == Inode::Exec)
+                .map(|st| (st.st_size as u64, st.st_mtime as i64, st.st_mode as u32)),
+            Inode::Replica { .. } => {
+                let p = path_of(d, inode);
+                std::fs::symlink_metadata(&p).map(|m| (m.len(), m.mtime(), m.mode()))
+            }
+        };
+        match st {
+            Ok((len, mtime, mode)) => {
+                if len != d.size || mtime != BLOB_MTIME || mode & 0o222 != 0 {
+                    let p = path_of(d, inode);
                     tracing::error!(digest = %d, path = %p.display(), "an action wrote through a hardlinked input; quarantining the cache inode");
                     cache.quarantine(&p);
                     found.tainted.push(*d);
@@ -51,6 +63,7 @@ pub(crate) fn check(cache: &Cache, linked: &[(Digest, Inode)], mark: usize) -> F
             Err(e) => {
                 // Pinned, so not evicted: quarantined elsewhere (or removed by hand). Either
                 // way nothing vouches for the inode this root held.
+                let p = path_of(d, inode);
                 tracing::error!(digest = %d, path = %p.display(), error = %e, "a hardlinked input's cache inode vanished while the action ran; treating it as tampered");
                 found.tainted.push(*d);
             }

@@ -33,6 +33,7 @@ impl Stager {
     fn build_copy(&self, pool: &Pool, d: &Digest) -> Result<bool> {
         let pin = self.cache.pin(d)?;
         let mark = self.cache.quarantine_mark();
+        let stamp = self.cache.quarantine_stamp();
         let plan = plan::Plan::load(
             &self.cache,
             &self.memo,
@@ -46,7 +47,7 @@ impl Stager {
         if !pool.reserve(d, estimate) {
             return Ok(false);
         }
-        let r = self.fill_copy(pool, d, &plan, mark, pin, estimate);
+        let r = self.fill_copy(pool, d, &plan, (mark, stamp), pin, estimate);
         if r.is_err() {
             pool.unreserve(d, estimate);
         }
@@ -58,7 +59,7 @@ impl Stager {
         pool: &Pool,
         d: &Digest,
         plan: &plan::Plan,
-        mark: usize,
+        (mark, stamp): (usize, Option<crate::cas::QuarantineStamp>),
         pin: crate::cas::PinGuard,
         estimate: u64,
     ) -> Result<()> {
@@ -118,6 +119,7 @@ impl Stager {
                 digest: *d,
                 record,
                 mark,
+                stamp,
                 linked,
                 _pin: pin,
             },

@@ -20,8 +20,13 @@
 //!
 //! The copy's top directory is renamed at each take and return, which moves its ctime: its
 //! ctime is recorded again right after each rename (`Record::retop`).
+//!
+//! That the cache still serves each hardlinked inode needs one more lookup per file; the
+//! caller leaves it out while the cache's quarantine count (`Cache::quarantine_stamp`) is
+//! where it was before the copy was last proven against the cache, since only a quarantine
+//! takes a pinned inode out of the cache.
 
-use crate::cas::{Cache, RelName, BLOB_MTIME};
+use crate::cas::{Cache, BLOB_MTIME};
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::Dir;
@@ -258,12 +263,16 @@ impl Record {
     /// Prove the copy at `top` is what was recorded. Err: the reason it is not (a short name
     /// for counters) and the path where it differs. Directories are lstat'ed by path (their
     /// parents' entries were proven first, so no component is a symlink) and opened; the
-    /// entries in them are `fstatat`'ed relative to that fd, and hardlinked files' cache inodes
-    /// relative to the cache's open shard directories: one short lookup each.
+    /// entries in them are `fstatat`'ed relative to that fd. With `cache_inodes`, each
+    /// hardlinked file's cache inode is looked up too (relative to the cache's open shard
+    /// directory); the caller may leave that out when no quarantine happened anywhere since
+    /// the copy was last proven against the cache (`Cache::quarantine_stamp`), because nothing
+    /// else renames a pinned cache inode away.
     pub(crate) fn verify(
         &self,
         cache: &Cache,
         top: &Path,
+        cache_inodes: bool,
     ) -> std::result::Result<(), (&'static str, PathBuf)> {
         let mut dir: Option<Dir> = None;
         for e in &self.entries {
@@ -290,20 +299,29 @@ impl Record {
             if let Some(why) = e.id.differs(&now) {
                 return Err((why, top.join(&e.rel)));
             }
-            if let Some((d, exec)) = &e.cache_inode {
-                // Still the cache's inode: a quarantine renames it away (`stage::tamper`).
-                let rel = RelName::new(d);
-                let (fd, name) = cache.locate(&rel, *exec);
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                // SAFETY: a valid fd from the cache, a NUL-terminated name, an out-pointer.
-                let r =
-                    unsafe { libc::fstatat(fd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
-                #[allow(clippy::unnecessary_cast)] // ino_t's width differs between OSes
-                if r != 0 || st.st_ino as u64 != e.id.ino {
-                    return Err(("quarantined", top.join(&e.rel)));
-                }
+            if cache_inodes && !e.served_by(cache) {
+                return Err(("quarantined", top.join(&e.rel)));
             }
         }
         Ok(())
+    }
+
+    /// Whether the cache still serves every hardlinked inode of the copy under its name.
+    pub(crate) fn cache_inodes_intact(&self, cache: &Cache) -> bool {
+        self.entries.iter().all(|e| e.served_by(cache))
+    }
+}
+
+impl Entry {
+    /// Still the cache's inode (true for entries that are not hardlinks): a quarantine renames
+    /// it away (`stage::tamper`).
+    fn served_by(&self, cache: &Cache) -> bool {
+        let Some((d, exec)) = &self.cache_inode else {
+            return true;
+        };
+        #[allow(clippy::unnecessary_cast)] // ino_t's width differs between OSes
+        cache
+            .stat_installed(d, *exec)
+            .is_ok_and(|st| st.st_ino as u64 == self.id.ino)
     }
 }

@@ -21,7 +21,7 @@ mod take;
 
 pub use discard::Discard;
 
-use crate::cas::{Cache, PinGuard};
+use crate::cas::{Cache, PinGuard, QuarantineStamp};
 use crate::digest::Digest;
 use crate::error::{IoContext, Result};
 use crate::ledger::Ledger;
@@ -66,12 +66,22 @@ pub(crate) struct Copy {
     pub(crate) record: Record,
     /// `Cache::quarantine_mark()` before the copy linked anything.
     pub(crate) mark: usize,
+    /// `Cache::quarantine_stamp()` from before the copy was last proven against the cache
+    /// (built, or its cache inodes looked up): while it is unchanged, no process quarantined
+    /// anything, so the copy's cache inodes are all still served.
+    pub(crate) stamp: Option<QuarantineStamp>,
     /// Its hardlinked cache inodes, for the holding root's `check_inputs`.
     pub(crate) linked: Vec<(Digest, Inode)>,
     pub(crate) _pin: PinGuard,
 }
 
 impl Copy {
+    /// Whether no quarantine happened anywhere since the copy was last proven against the
+    /// cache; `now` is `Cache::quarantine_stamp()`.
+    pub(crate) fn stamp_holds(&self, now: Option<QuarantineStamp>) -> bool {
+        now.is_some() && now == self.stamp
+    }
+
     /// Whether this process quarantined, since the copy was made, a cache inode it links.
     pub(crate) fn links_a_quarantined_inode(&self, cache: &Cache) -> bool {
         let since = cache.quarantined_since(self.mark);

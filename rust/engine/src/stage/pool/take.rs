@@ -2,7 +2,8 @@
 //! root's directory (made writable around the move where the process needs that to move a
 //! directory to another parent), then the copy's top recorded again (the rename moved its
 //! ctime). A copy that is not settled yet (`Record::settled`) stays in the pool; one whose
-//! cache inodes were quarantined since it was built is discarded, never lent.
+//! cache inodes were quarantined since it was built (by this process, or by another one: the
+//! quarantine count moved and a lookup finds the inode gone) is discarded, never lent.
 
 use super::{discard, forget, Copy, Pool};
 use crate::cas::Cache;
@@ -39,6 +40,16 @@ impl Pool {
             }
             break (src, copy);
         };
+        // Another process (`clonestage verify`) may have quarantined one of its inodes: then
+        // each is looked up before the copy is lent.
+        let now = cache.quarantine_stamp();
+        if !copy.stamp_holds(now) {
+            if !copy.record.cache_inodes_intact(cache) {
+                self.drop_copy(&src, copy, "quarantined");
+                return None;
+            }
+            copy.stamp = now;
+        }
         if self.chmod_to_move {
             if let Err(e) = self.fd.chmod_at(&src, 0o755) {
                 tracing::warn!(path = %self.dir.join(src.to_string_lossy().as_ref()).display(), error = %e, "cannot make a pooled copy movable; discarding it");

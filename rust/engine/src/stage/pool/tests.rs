@@ -393,3 +393,115 @@ fn gc_empties_a_stale_pool_only_when_no_server_holds_the_cache() {
     assert_eq!(super::empty_stale(&cache, || false).unwrap(), Some(1));
     assert!(!stale.exists());
 }
+
+/// A quarantine by another process (`clonestage verify`: another `Cache` on the same
+/// directory, whose in-memory record this stager never sees) reaches the pool through the
+/// shared quarantine count: a lent copy holding the inode is discarded at its return, a ready
+/// one at the next take, and neither is lent again.
+#[test]
+fn a_quarantine_by_another_process_keeps_copies_holding_the_inode_from_being_lent() {
+    let d = tempfile::tempdir().unwrap();
+    let mut fx = Fx::new(d.path());
+    let other = Cache::open(fx.st.cache().root()).unwrap();
+    let inode_of = |i: u32| other.blob_path(&Digest::of_bytes(format!("header {i}\n").as_bytes()));
+
+    // Lent: the copy comes back holding an inode the cache no longer serves.
+    let s = fx.hit();
+    let lent = ino(&s.dest.join("sdk"));
+    let sdk_digest = s.loans[0].digest();
+    other.quarantine(&inode_of(3));
+    let r = fx.recycle(s);
+    assert_eq!(r.map_err(|d| d.reason), Err("quarantined"));
+    fx.reingest();
+    drop(fx.stage(&[])); // misses sdk/: a copy is wanted
+    fx.refill();
+
+    // Ready: quarantined while it waits in the pool.
+    assert!(fx.st.pool().unwrap().ready_of(&sdk_digest) > 0);
+    other.quarantine(&inode_of(5));
+    fx.reingest();
+    let s = fx.stage(&[]);
+    assert_eq!(
+        s.counters.pool_hits, 0,
+        "a copy holding a quarantined inode was lent"
+    );
+    assert!(s.loans.iter().all(|l| l.rel != Path::new("sdk")));
+    assert_ne!(ino(&s.dest.join("sdk")), lent);
+    drop(s);
+    fx.st.ledger().flush();
+    let c = crate::stats::load(fx.st.cache().root()).unwrap();
+    assert!(c.pool_discarded >= 2, "{c:?}");
+
+    // After a proof against the cache the count is trusted again: an untouched copy is recycled.
+    drop(fx.stage(&[]));
+    fx.refill();
+    let s = fx.hit();
+    fx.recycle(s).expect("an untouched copy is recycled");
+}
+
+/// The pool as a server that is not root runs it: moving a 0o555 copy to another parent
+/// needs write permission on it (its `..` changes), so the pool makes it 0o755 around each
+/// move (`chmod_to_move`). Run as root (CI), the test runs itself again as uid 65534 in a
+/// directory that uid owns; run as another user, it runs directly.
+#[test]
+fn a_server_that_is_not_root_takes_and_returns_copies() {
+    const CHILD: &str = "CLONESTAGE_TEST_POOL_NOT_ROOT";
+    if let Some(dir) = std::env::var_os(CHILD) {
+        return not_root_cycle(Path::new(&dir));
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        let d = tempfile::tempdir().unwrap();
+        return not_root_cycle(d.path());
+    }
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "stage::pool::tests::a_server_that_is_not_root_takes_and_returns_copies",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, d.path())
+        .current_dir(d.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "as uid 65534: {text}");
+    assert!(text.contains("1 passed"), "the child ran no test: {text}");
+}
+
+fn not_root_cycle(dir: &Path) {
+    assert_ne!(
+        unsafe { libc::geteuid() },
+        0,
+        "meant to run as another user"
+    );
+    let mut fx = Fx::new(dir);
+    let s = fx.hit();
+    let sdk = s.dest.join("sdk");
+    check_contract(&sdk);
+    let first = ino(&sdk);
+    fx.recycle(s).expect("an untouched copy is recycled");
+    let s = fx.hit();
+    assert_eq!(
+        ino(&s.dest.join("sdk")),
+        first,
+        "the copy was not lent again"
+    );
+    check_contract(&s.dest.join("sdk"));
+    // What this user can do to its own copy: make a directory writable, add a file, put the
+    // mode back.
+    let inc = s.dest.join("sdk/include");
+    std::fs::set_permissions(&inc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(&inc.join("new.h"), b"new");
+    std::fs::set_permissions(&inc, std::fs::Permissions::from_mode(0o555)).unwrap();
+    assert!(fx.recycle(s).is_err(), "a changed copy was recycled");
+    let s = fx.stage(&[]);
+    assert!(s.loans.iter().all(|l| l.rel != Path::new("sdk")));
+    assert!(!s.dest.join("sdk/include/new.h").exists());
+}
