@@ -119,6 +119,11 @@ enum Cmd {
         /// Results the upload queue holds at most; beyond it new ones are dropped and counted.
         #[arg(long, env = "CLONESTAGE_UPSTREAM_QUEUE_MAX", default_value_t = 10_000)]
         upstream_queue_max: usize,
+        /// Ready copies of hot input subtrees the server keeps in <cache>/pool/ (taken by one
+        /// rename at stage time); 0 turns the pool off.
+        #[arg(long, env = "CLONESTAGE_POOL_COPIES",
+              default_value_t = clonestage_engine::stage::PoolBounds::default().copies)]
+        pool_copies: usize,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -252,6 +257,7 @@ fn main() -> ExitCode {
             upstream_write,
             upstream_timeout_ms,
             upstream_queue_max,
+            pool_copies,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -279,6 +285,7 @@ fn main() -> ExitCode {
                     ..clonestage_server::UpstreamOptions::new(&url)
                 }
             }),
+            pool_copies,
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {

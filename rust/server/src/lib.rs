@@ -78,6 +78,9 @@ pub struct ServeOptions {
     pub evict_every: Option<std::time::Duration>,
     /// A team's REAPI cache behind this one (`--upstream*`, docs/upstream.md); None: none.
     pub upstream: Option<UpstreamOptions>,
+    /// Ready copies of hot input subtrees kept in `<cache>/pool/` (`--pool-copies`); 0: no
+    /// pool.
+    pub pool_copies: usize,
 }
 
 /// Upload entries waiting in the cache's upstream queue (`clonestage stats`'s

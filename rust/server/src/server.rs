@@ -155,14 +155,19 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     auth::write_bazelrc(&layout.tcp_bazelrc(), &layout.cache, tcp_port, &token)?;
 
     let id = auth::random_hex(4)?;
-    let exec = Arc::new(ExecState::new(spawn.clone(), opts.jobs, id));
+    let exec = Arc::new(ExecState::new(
+        spawn.clone(),
+        opts.jobs,
+        id,
+        layout.work_dir(),
+    ));
     let state = Arc::new(State::new(
         cache,
-        layout.clone(),
         Arc::new(ac),
         opts.limits,
         exec.clone(),
         opts.upstream.clone(),
+        opts.pool_copies,
     )?);
     match &state.upstream {
         Some(up) => {

@@ -1,5 +1,5 @@
 //! What every service shares: the cache and stager (whose ledger holds the counters, flushed
-//! by `ledger_flush`), the action-cache store, the upstream (if any), the layout of the server's files, the draining
+//! by `ledger_flush`), the action-cache store, the upstream (if any), the draining
 //! flag set on shutdown and the count of background tasks. What one service needs alone it
 //! owns (the execution service its operations, job slots, prespawn pool and janitor;
 //! ByteStream its uploads); the server asks the execution service how busy it is through
@@ -7,7 +7,6 @@
 
 use crate::ac_store::AcStore;
 use crate::activity::Activity;
-use crate::layout::Layout;
 use crate::ledger_flush::LedgerFlush;
 use crate::upstream::Upstream;
 use clonestage_engine::{Cache, Stager};
@@ -17,7 +16,6 @@ use std::sync::Arc;
 pub(crate) struct State {
     pub cache: Arc<Cache>,
     pub stager: Stager,
-    pub layout: Layout,
     pub ac: Arc<AcStore>,
     /// The team's cache behind this one, if any (`upstream`).
     pub upstream: Option<Arc<Upstream>>,
@@ -33,15 +31,25 @@ pub(crate) struct State {
 impl State {
     pub fn new(
         cache: Arc<Cache>,
-        layout: Layout,
         ac: Arc<AcStore>,
         limits: clonestage_engine::stage::TreeLimits,
         activity: Arc<dyn Activity>,
         upstream: Option<crate::upstream::UpstreamOptions>,
+        pool_copies: usize,
     ) -> anyhow::Result<State> {
         let mut stager = Stager::new(cache.clone()).with_limits(limits);
         // Ready copies of hot subtrees (the engine's `stage::pool`); a stale pool is emptied.
-        if let Err(e) = stager.enable_pool(clonestage_engine::stage::PoolBounds::default()) {
+        let bounds = clonestage_engine::stage::PoolBounds {
+            copies: pool_copies,
+            ..Default::default()
+        };
+        if pool_copies == 0 {
+            // This server holds the cache's lock: what is in `<cache>/pool/` is stale.
+            let _ = clonestage_engine::stage::pool::empty_stale(&cache, || false);
+            tracing::info!(
+                "no pool of ready subtrees (--pool-copies 0): every subtree is staged per action"
+            );
+        } else if let Err(e) = stager.enable_pool(bounds) {
             tracing::warn!(error = %e, "no pool of ready subtrees: every subtree is staged per action");
         }
         let ledger_flush = Arc::new(LedgerFlush::new(stager.ledger().clone(), activity.clone()));
@@ -52,7 +60,6 @@ impl State {
         Ok(State {
             stager,
             cache,
-            layout,
             ac,
             activity,
             draining: AtomicBool::new(false),

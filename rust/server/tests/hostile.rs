@@ -128,9 +128,9 @@ async fn a_leftover_work_dir_5000_levels_deep_is_swept_at_start() {
         handle: Some(h),
     };
     assert!(
-        work_entries(&s.cache()).is_empty(),
+        used_work_entries(&s.cache()).is_empty(),
         "left over: {:?}",
-        work_entries(&s.cache())
+        used_work_entries(&s.cache())
     );
     assert!(
         s.dir.path().join("outside/keep").exists(),

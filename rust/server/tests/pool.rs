@@ -139,3 +139,39 @@ async fn a_pooled_copy_is_recycled_untouched_and_discarded_when_an_action_wrote_
         "{counters:?}"
     );
 }
+
+/// `--pool-copies 0`: no copy is ever built or taken, however hot a subtree is, and a pool an
+/// earlier server left is emptied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_copies_zero_turns_the_pool_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let stale = dir.path().join("cache/pool/left-by-an-earlier-server");
+    std::fs::create_dir_all(&stale).unwrap();
+    let mut opts = TestServer::opts(dir.path(), 2);
+    opts.pool_copies = 0;
+    let h = clonestage_server::start(opts).await.expect("server starts");
+    let mut s = TestServer {
+        dir,
+        handle: Some(h),
+    };
+    assert!(!stale.exists(), "the stale pool was not emptied");
+    let cache = s.cache();
+    let mut c = s.clients().await;
+    let root = sdk_root(&mut c).await;
+    for i in 0..4 {
+        let (resp, _) = run(
+            &mut c,
+            root,
+            &format!("echo {i} >/dev/null; echo > out.txt"),
+        )
+        .await;
+        assert_eq!(pool_hits(&resp), 0.0);
+        s.idle().await;
+        // Hot after two sightings: with a pool, the janitor builds a copy within this.
+        tokio::time::sleep(Duration::from_millis(if i == 1 { 1500 } else { 100 })).await;
+        assert_eq!(ready(&cache), 0, "a copy was built");
+    }
+    s.stop().await;
+    let counters = clonestage_engine::stats::load(&cache).unwrap();
+    assert_eq!(counters.pool_built + counters.pool_hits, 0, "{counters:?}");
+}

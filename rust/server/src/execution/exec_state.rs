@@ -1,6 +1,6 @@
 //! What the execution service owns: its operations (`operations`), the `--jobs` slots, the
 //! wrappers started ahead of time (`prespawn`), the janitor that removes finished work dirs
-//! (`janitor`), the Apple environment (`apple_env`), the spawn wrapper's path and the worker
+//! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple environment (`apple_env`), the spawn wrapper's path and the worker
 //! name (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server reads how
 //! busy it is through `activity::Activity`, and stops it at shutdown (`hurry`, `close`).
 
@@ -8,6 +8,7 @@ use super::apple_env::AppleEnv;
 use super::janitor::Janitor;
 use super::operations::Operations;
 use super::prespawn::Pool;
+use super::workdir::Ready;
 use crate::activity::Activity;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +22,8 @@ pub(crate) struct ExecState {
     pub prespawn: Pool,
     /// Finished actions' work dirs, removed while no action runs.
     pub janitor: Arc<Janitor>,
+    /// Work dirs made ahead of time (by the janitor).
+    pub ready_dirs: Arc<Ready>,
     /// DEVELOPER_DIR/SDKROOT/TMPDIR for Apple actions (`apple_env`).
     pub apple: AppleEnv,
     /// The `clonestage-spawn` wrapper.
@@ -42,13 +45,15 @@ fn prespawn_size(jobs: usize) -> usize {
 }
 
 impl ExecState {
-    /// `id` prefixes operation names (unique per server start).
-    pub fn new(spawn: PathBuf, jobs: usize, id: String) -> ExecState {
+    /// `id` prefixes operation names (unique per server start); work dirs go in `work_base`.
+    pub fn new(spawn: PathBuf, jobs: usize, id: String, work_base: PathBuf) -> ExecState {
         ExecState {
             ops: Operations::new(id),
             jobs: Arc::new(Semaphore::new(jobs.max(1))),
             prespawn: Pool::start(&spawn, prespawn_size(jobs)),
             janitor: Arc::new(Janitor::default()),
+            // As many as can start at once.
+            ready_dirs: Arc::new(Ready::new(work_base, jobs.clamp(1, 8))),
             apple: AppleEnv::for_this_host(),
             spawn,
             worker: format!("clonestage@{}", hostname()),
@@ -58,6 +63,7 @@ impl ExecState {
     /// Start the janitor thread (it ends once this state is gone and its queue empty).
     pub fn start_janitor(self: &Arc<Self>) -> std::io::Result<()> {
         let weak = Arc::downgrade(self);
+        self.janitor.set_ready(self.ready_dirs.clone());
         self.janitor
             .spawn(move || weak.upgrade().map(|s| s.ops.unfinished()))
     }

@@ -3,9 +3,10 @@
 //! of ready subtrees: a finished action's pooled copies go back (proven untouched, or
 //! discarded) as soon as the action has answered, before its work dir waits for removal; and
 //! while nothing else is due and fewer actions run than the server's job limit, it builds the
-//! copies the pool wants (the hook `set_builder`).
+//! copies the pool wants (the hook `set_builder`). It keeps a few work dirs ready for the next
+//! actions (`workdir::Ready`, the hook `set_ready`), and removes them when the server ends.
 
-use super::workdir::remove;
+use super::workdir::{remove, Ready};
 use clonestage_engine::stage::{Loan, Pool};
 use clonestage_engine::Cache;
 use std::path::PathBuf;
@@ -40,12 +41,18 @@ pub(crate) struct Janitor {
     /// Work dirs whose pooled copies go back first (counted in `pending`).
     returns: std::sync::Mutex<std::collections::VecDeque<(PathBuf, Returned)>>,
     builder: std::sync::OnceLock<Builder>,
+    ready: std::sync::OnceLock<Arc<Ready>>,
+    /// A ready work dir being made (counted in `pending`, so shutdown waits for it).
+    preparing: std::sync::atomic::AtomicUsize,
+    /// Making a ready work dir failed once: actions make their own from then on.
+    ready_failed: std::sync::atomic::AtomicBool,
 }
 
 /// What the thread does next.
 enum Next {
     Remove(PathBuf),
     Return,
+    Prepare,
     Build,
     Exit,
 }
@@ -76,10 +83,18 @@ impl Janitor {
         let _ = self.builder.set(b);
     }
 
+    /// Keep `r`'s work dirs ready; they are removed when the thread ends.
+    pub fn set_ready(&self, r: Arc<Ready>) {
+        let _ = self.ready.set(r);
+    }
+
     /// Dirs not removed yet, the one being removed included.
     pub fn pending(&self) -> usize {
         let q = self.queue.lock().unwrap();
-        q.len() + self.removing.load(Ordering::SeqCst) + self.returns.lock().unwrap().len()
+        q.len()
+            + self.removing.load(Ordering::SeqCst)
+            + self.preparing.load(Ordering::SeqCst)
+            + self.returns.lock().unwrap().len()
     }
 
     fn return_one(&self) {
@@ -103,6 +118,10 @@ impl Janitor {
     /// Remove what is queued without waiting for idleness (shutdown).
     pub fn hurry(&self) {
         self.hurry.store(true, Ordering::SeqCst);
+        // No more are made; actions still draining make their own.
+        if let Some(r) = self.ready.get() {
+            r.clear();
+        }
         self.wake.notify_one();
     }
 
@@ -123,8 +142,21 @@ impl Janitor {
         let mut quiet = 0u32;
         loop {
             match self.next(&running, &mut quiet) {
-                Next::Exit => return,
+                Next::Exit => {
+                    if let Some(r) = self.ready.get() {
+                        r.clear();
+                    }
+                    return;
+                }
                 Next::Return => self.return_one(),
+                Next::Prepare => {
+                    let r = self.ready.get().expect("Prepare needs ready dirs");
+                    if let Err(e) = r.make_one() {
+                        tracing::warn!(error = %e, "cannot make a work dir ahead of time; actions make their own");
+                        self.ready_failed.store(true, Ordering::SeqCst);
+                    }
+                    self.preparing.fetch_sub(1, Ordering::SeqCst);
+                }
                 Next::Build => {
                     let built = match (self.builder.get(), running()) {
                         (Some(b), Some(n)) => b(n),
@@ -159,6 +191,14 @@ impl Janitor {
             let gone = running().is_none();
             if gone && q.is_empty() {
                 return Next::Exit;
+            }
+            let prepare = !gone
+                && !self.hurry.load(Ordering::SeqCst)
+                && !self.ready_failed.load(Ordering::SeqCst)
+                && self.ready.get().is_some_and(|r| r.wanted());
+            if prepare {
+                self.preparing.fetch_add(1, Ordering::SeqCst);
+                return Next::Prepare;
             }
             if !q.is_empty() {
                 match running() {
@@ -214,15 +254,45 @@ mod tests {
         }
         assert!(!dir.exists());
         assert_eq!(j.pending(), 0);
-        // Gone with work queued: removed at once, then the thread ends.
-        running.store(usize::MAX, Ordering::SeqCst);
+        // Gone with work queued: removed, then the thread ends. Queued before the server is
+        // gone: a thread that finds it gone with nothing queued ends at once.
         let dir2 = d.path().join("w2");
         std::fs::create_dir(&dir2).unwrap();
         j.push(dir2.clone());
+        running.store(usize::MAX, Ordering::SeqCst);
         let t0 = std::time::Instant::now();
         while dir2.exists() && t0.elapsed() < std::time::Duration::from_secs(10) {
             std::thread::sleep(POLL);
         }
         assert!(!dir2.exists());
+    }
+
+    #[test]
+    fn janitor_keeps_work_dirs_ready_and_removes_them_at_shutdown() {
+        let d = tempfile::tempdir().unwrap();
+        let ready = Arc::new(Ready::new(d.path().to_path_buf(), 2));
+        let j = Arc::new(Janitor::default());
+        j.set_ready(ready.clone());
+        // One action runs: ready dirs are made anyway (they are cheap and due next).
+        j.spawn(|| Some(1)).unwrap();
+        let count = || std::fs::read_dir(d.path()).unwrap().count();
+        let t0 = std::time::Instant::now();
+        while (count() < 2 || j.pending() > 0) && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(POLL / 5);
+        }
+        assert_eq!(count(), 2);
+        assert!(!ready.wanted());
+        let taken = super::super::workdir::WorkDir::take(&ready).unwrap();
+        let t0 = std::time::Instant::now();
+        while count() < 3 && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(POLL / 5);
+        }
+        assert_eq!(count(), 3, "the taken one was replaced");
+        drop(taken);
+        j.hurry();
+        assert_eq!(count(), 0, "shutdown removes the ready ones");
+        std::thread::sleep(POLL * 2);
+        assert_eq!(count(), 0, "and makes no more");
     }
 }

@@ -84,7 +84,7 @@ pub(crate) fn run_action(
     t.worker_start = now();
     // Before staging: an Xcode that is not installed fails the action before any work.
     let apple = exec.apple.additions(&p.command.environment_variables)?;
-    let work = WorkDir::create(&state.layout.work_dir())?;
+    let work = WorkDir::take(&exec.ready_dirs)?;
     let root = work.root();
     t.fetch_start = now();
     // `..Default::default()` fills the test hooks a `fault-injection` build of the engine adds

@@ -4,26 +4,47 @@
 //! action runs; the server sweeps `<cache>/work/` at start for dirs a killed server left (it
 //! holds the cache's server lock, so nothing else uses them). Removal is the engine's
 //! fd-relative `remove_tree`.
+//!
+//! A few are made ahead of time (`Ready`, by the janitor), each with its empty stdout and
+//! stderr files: an action that takes one creates no inode before staging, and the wrapper
+//! opens its two files instead of creating them (three inode creations, ~0.6 ms per action
+//! on this project's CI ext4, were on every action's critical path).
 
 use crate::failure::Failure;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The command's output files in a work dir.
+pub(crate) const STD_STREAMS: [&str; 2] = ["stdout", "stderr"];
 
 pub(crate) struct WorkDir {
     pub path: PathBuf,
 }
 
+fn fresh_path(base: &Path) -> PathBuf {
+    base.join(format!(
+        "{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 impl WorkDir {
     pub fn create(base: &Path) -> Result<WorkDir, Failure> {
-        let path = base.join(format!(
-            "{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
+        let path = fresh_path(base);
         std::fs::create_dir(&path).map_err(|e| Failure::io("mkdir", &path, e))?;
         Ok(WorkDir { path })
+    }
+
+    /// A ready one if there is one, else a new one.
+    pub fn take(ready: &Ready) -> Result<WorkDir, Failure> {
+        match ready.dirs.lock().unwrap().0.pop() {
+            Some(path) => Ok(WorkDir { path }),
+            None => WorkDir::create(&ready.base),
+        }
     }
 
     pub fn root(&self) -> PathBuf {
@@ -51,6 +72,66 @@ impl Drop for WorkDir {
             remove_us = t0.elapsed().as_micros() as u64,
             "work dir removed"
         );
+    }
+}
+
+/// Work dirs made ahead of time, each holding empty `stdout` and `stderr` files.
+pub(crate) struct Ready {
+    base: PathBuf,
+    target: usize,
+    /// The ready dirs, and whether `clear` closed the store (shutdown).
+    dirs: Mutex<(Vec<PathBuf>, bool)>,
+}
+
+impl Ready {
+    /// Keep `target` ready in `base`.
+    pub fn new(base: PathBuf, target: usize) -> Ready {
+        Ready {
+            base,
+            target,
+            dirs: Mutex::new((Vec::new(), false)),
+        }
+    }
+
+    /// Fewer than the target are ready.
+    pub fn wanted(&self) -> bool {
+        let d = self.dirs.lock().unwrap();
+        !d.1 && d.0.len() < self.target
+    }
+
+    /// Make one more.
+    pub fn make_one(&self) -> std::io::Result<()> {
+        let path = fresh_path(&self.base);
+        std::fs::create_dir(&path)?;
+        let made = STD_STREAMS
+            .iter()
+            .try_for_each(|f| std::fs::File::create(path.join(f)).map(drop));
+        if let Err(e) = made {
+            let _ = remove(&path);
+            return Err(e);
+        }
+        let mut d = self.dirs.lock().unwrap();
+        if d.1 {
+            // Closed while this one was made.
+            drop(d);
+            return remove(&path).map_err(std::io::Error::other);
+        }
+        d.0.push(path);
+        Ok(())
+    }
+
+    /// Remove the ready ones and make no more (shutdown).
+    pub fn clear(&self) {
+        let ready = {
+            let mut d = self.dirs.lock().unwrap();
+            d.1 = true;
+            std::mem::take(&mut d.0)
+        };
+        for p in ready {
+            if let Err(e) = remove(&p) {
+                tracing::warn!(path = %p.display(), error = %e, "cannot remove a ready work dir");
+            }
+        }
     }
 }
 
@@ -83,6 +164,35 @@ pub(crate) fn sweep(base: &Path) -> usize {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn ready_dirs_hold_empty_streams_and_are_taken_before_new_ones_are_made() {
+        let d = tempfile::tempdir().unwrap();
+        let ready = Ready::new(d.path().to_path_buf(), 2);
+        assert!(ready.wanted());
+        ready.make_one().unwrap();
+        ready.make_one().unwrap();
+        assert!(!ready.wanted());
+        let w = WorkDir::take(&ready).unwrap();
+        for f in STD_STREAMS {
+            assert_eq!(std::fs::read(w.file(f)).unwrap(), b"", "{f}");
+        }
+        assert!(ready.wanted());
+        let _second = WorkDir::take(&ready).unwrap();
+        // None ready: a new, empty one.
+        let third = WorkDir::take(&ready).unwrap();
+        assert_eq!(std::fs::read_dir(&third.path).unwrap().count(), 0);
+        ready.make_one().unwrap();
+        ready.clear();
+        assert!(!ready.wanted(), "closed");
+        ready.make_one().unwrap();
+        drop((w, _second, third));
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "all removed"
+        );
+    }
 
     #[test]
     fn removes_read_only_trees_without_following_symlinks() {

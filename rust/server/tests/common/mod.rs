@@ -150,6 +150,7 @@ impl TestServer {
             max_size: None,
             evict_every: None,
             upstream: None,
+            pool_copies: clonestage_engine::stage::PoolBounds::default().copies,
         }
     }
 
@@ -423,12 +424,34 @@ pub async fn empty_root(c: &mut Clients) -> Digest {
 /// Entries left in the cache's work dir (must be none between actions).
 /// Work dirs left after the janitor (which removes them off the response path, when no
 /// action runs) had up to 10 s.
+/// Work dirs some action used, once the janitor had time to remove them (the ones the server
+/// keeps ready, empty but for empty stdout and stderr files, are not counted).
 pub async fn work_entries_after_cleanup(cache: &Path) -> Vec<String> {
     let t0 = std::time::Instant::now();
-    while !work_entries(cache).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+    while !used_work_entries(cache).is_empty() && t0.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    used_work_entries(cache)
+}
+
+/// Entries of `<cache>/work/` other than ready work dirs.
+pub fn used_work_entries(cache: &Path) -> Vec<String> {
+    let ready = |p: &Path| {
+        let mut names: Vec<String> = match std::fs::read_dir(p) {
+            Ok(rd) => rd
+                .flatten()
+                .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => return false,
+        };
+        names.sort();
+        names == ["stderr", "stdout"] && std::fs::read_dir(p).map_or(0, |rd| rd.count()) == 2
+    };
     work_entries(cache)
+        .into_iter()
+        .filter(|n| !ready(&cache.join("work").join(n)))
+        .collect()
 }
 
 pub fn work_entries(cache: &Path) -> Vec<String> {
