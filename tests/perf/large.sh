@@ -203,6 +203,9 @@ if [ "$staging_only" = 1 ]; then
   summary_staging
   exit 0
 fi
+# Section 1 fetched the SDK-like repository; alone, section 2 needs it fetched first (a fresh
+# output base has none).
+CLONESTAGE_DISABLE=1 bazel fetch //lib/... >>"$log" 2>&1 || perf_die "cannot fetch the workspace's repositories (log: $log)"
 read -r sdk_manifest <"$(CLONESTAGE_DISABLE=1 bazel info output_base 2>/dev/null)/external/perf_sdk/MANIFEST"
 
 configs=(local sandboxed clonestage)
