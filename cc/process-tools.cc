@@ -65,7 +65,8 @@ bool ArmTimer(double secs) {
 int OpenForWriting(const std::string& path) {
   int fd;
   do {
-    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(path.c_str(),
+              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   } while (fd == -1 && errno == EINTR);
   return fd;
 }

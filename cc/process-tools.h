@@ -39,7 +39,10 @@ void ResetSignalsForExec();
 // signal handler; failures are ignored there (see the return value).
 bool ArmTimer(double secs);
 
-// Opens path for writing (created or truncated, mode 0644, O_CLOEXEC).
+// Opens path for writing (created or truncated, mode 0644, O_CLOEXEC), never
+// through a symlink in its last component (O_NOFOLLOW: the server makes these
+// files ahead of time in work dirs an action of the same uid could reach; a
+// symlink planted there must not redirect the next action's output).
 // Returns -1 with errno set on failure, for the caller to report.
 int OpenForWriting(const std::string& path);
 

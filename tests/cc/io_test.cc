@@ -1,8 +1,10 @@
 // io_test: --cwd, --stdout and --stderr, run as a black box.
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -48,6 +50,25 @@ TEST(IoTest, RedirectsStdoutAndStderrToFiles) {
   // Nothing leaks to the wrapper's own streams.
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "");
+}
+
+TEST(IoTest, AStdoutPathThatIsASymlinkIsRefusedAndItsTargetUntouched) {
+  const std::string dir = MakeTempDir();
+  const std::string target = dir + "/precious";
+  {
+    FILE* f = fopen(target.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("keep", f);
+    fclose(f);
+  }
+  ASSERT_EQ(symlink(target.c_str(), (dir + "/out").c_str()), 0)
+      << strerror(errno);
+  const SpawnResult r =
+      RunSpawn({"--stdout", dir + "/out", "--", "/bin/sh", "-c", "echo evil"});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find("cannot open --stdout file"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(ReadFileOrEmpty(target), "keep");
 }
 
 TEST(IoTest, SameFileForStdoutAndStderrKeepsBoth) {
