@@ -117,7 +117,12 @@ impl Janitor {
 
     /// Remove what is queued without waiting for idleness (shutdown).
     pub fn hurry(&self) {
-        self.hurry.store(true, Ordering::SeqCst);
+        {
+            // Under the queue's lock, where `next` decides to make a ready dir and counts it:
+            // either that dir is counted in `pending` already, or none is made.
+            let _q = self.queue.lock().unwrap();
+            self.hurry.store(true, Ordering::SeqCst);
+        }
         // No more are made; actions still draining make their own.
         if let Some(r) = self.ready.get() {
             r.clear();
@@ -291,6 +296,11 @@ mod tests {
         assert_eq!(count(), 3, "the taken one was replaced");
         drop(taken);
         j.hurry();
+        // A dir being made when the store closed removes itself; shutdown waits for `pending`.
+        let t0 = std::time::Instant::now();
+        while j.pending() > 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(POLL / 5);
+        }
         assert_eq!(count(), 0, "shutdown removes the ready ones");
         std::thread::sleep(POLL * 2);
         assert_eq!(count(), 0, "and makes no more");
