@@ -209,11 +209,18 @@ impl Cache {
     }
 
     /// lstat of the cache's installed inode for `d` (its `exec/` one if `exec`), through the
-    /// open shard directory: one short lookup, no path built.
+    /// open shard directory: one short lookup, no path built (two when it is not there).
     pub(crate) fn stat_installed(&self, d: &Digest, exec: bool) -> std::io::Result<libc::stat> {
         let rel = RelName::new(d);
         let (fd, name) = self.locate(&rel, exec);
-        crate::platform::stat_at(fd, name)
+        match crate::platform::stat_at(fd, name) {
+            // A shard fd whose directory was removed and made again: the top dir still works.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (fd, name) = self.locate_from_top(&rel, exec);
+                crate::platform::stat_at(fd, name)
+            }
+            r => r,
+        }
     }
 
     pub(crate) fn exec_path(&self, d: &Digest) -> PathBuf {
