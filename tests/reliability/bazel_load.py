@@ -191,7 +191,10 @@ if mode == "kill":
         # random delay; a build that ended first is not counted as killed under.
         workdir = os.path.join(cache, "work")
         deadline = time.time() + 120
-        while t.is_alive() and time.time() < deadline and not os.listdir(workdir):
+        # (a staged root/: the server also keeps empty work dirs ready for the next actions)
+        def staging():
+            return any(os.path.isdir(os.path.join(workdir, e, "root")) for e in os.listdir(workdir))
+        while t.is_alive() and time.time() < deadline and not staging():
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.8))
         if server.alive() and t.is_alive():
