@@ -110,6 +110,22 @@ impl Fx {
         s
     }
 
+    /// Take sdk/ (checking the contract), return it untouched, take it again: the very copy
+    /// comes back. Returns the root holding it the second time.
+    fn round_trip(&mut self) -> StagedRoot {
+        let s = self.hit();
+        check_contract(&s.dest.join("sdk"));
+        let first = ino(&s.dest.join("sdk"));
+        self.recycle(s).expect("an untouched copy is recycled");
+        let s = self.hit();
+        assert_eq!(
+            ino(&s.dest.join("sdk")),
+            first,
+            "the recycled copy was not lent again"
+        );
+        s
+    }
+
     fn recycle(&self, mut s: StagedRoot) -> Result<(), crate::stage::Discard> {
         let tainted = s.check_inputs();
         let mut r = Ok(());
@@ -254,24 +270,14 @@ fn tamper_suite(var: &str, private_files: bool) {
     let mut fx = Fx::new(&fs);
 
     // Untouched: recycled, and the very copy is lent again.
-    let s = fx.hit();
-    let sdk = s.dest.join("sdk");
-    check_contract(&sdk);
-    let first = ino(&sdk);
+    let s = fx.round_trip();
     let sdk_digest = s.loans[0].digest();
     assert_eq!(
-        std::fs::symlink_metadata(sdk.join("include/f3.h"))
+        std::fs::symlink_metadata(s.dest.join("sdk/include/f3.h"))
             .unwrap()
             .nlink()
             > 1,
         !private_files
-    );
-    fx.recycle(s).expect("an untouched copy is recycled");
-    let s = fx.hit();
-    assert_eq!(
-        ino(&s.dest.join("sdk")),
-        first,
-        "the recycled copy was not lent again"
     );
     fx.recycle(s).unwrap();
 
@@ -482,17 +488,7 @@ fn not_root_cycle(dir: &Path) {
         "meant to run as another user"
     );
     let mut fx = Fx::new(dir);
-    let s = fx.hit();
-    let sdk = s.dest.join("sdk");
-    check_contract(&sdk);
-    let first = ino(&sdk);
-    fx.recycle(s).expect("an untouched copy is recycled");
-    let s = fx.hit();
-    assert_eq!(
-        ino(&s.dest.join("sdk")),
-        first,
-        "the copy was not lent again"
-    );
+    let s = fx.round_trip();
     check_contract(&s.dest.join("sdk"));
     // What this user can do to its own copy: make a directory writable, add a file, put the
     // mode back.
