@@ -26,14 +26,17 @@ fn path(root: &Path) -> PathBuf {
     root.join("quarantines")
 }
 
+fn open(p: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(p)
+}
+
 /// Make the count file if it is missing (at `Cache::open`).
 pub(super) fn ensure(root: &Path) {
     let p = path(root);
-    let made = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(&p);
-    if let Err(e) = made {
+    if let Err(e) = open(&p) {
         tracing::warn!(path = %p.display(), error = %e, "cannot make the quarantine count; pooled copies are checked inode by inode");
     }
 }
@@ -41,11 +44,7 @@ pub(super) fn ensure(root: &Path) {
 /// Count one quarantine (called before the inode is renamed away).
 pub(super) fn bump(root: &Path) {
     let p = path(root);
-    let r = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(&p)
-        .and_then(|mut f| f.write_all(b"q"));
+    let r = open(&p).and_then(|mut f| f.write_all(b"q"));
     if let Err(e) = r {
         // No stamp at all is safe: readers fall back to checking every inode.
         tracing::error!(path = %p.display(), error = %e, "cannot count a quarantine; removing the count");

@@ -11,7 +11,7 @@ use super::janitor::{Janitor, Returned};
 use super::metadata::{self, now, StagingFigures, Timeline};
 use super::operations::ActionControl;
 use super::spawn::{self, SpawnRequest, SpawnStats};
-use super::workdir::WorkDir;
+use super::workdir::{WorkDir, STD_STREAMS};
 use crate::failure::Failure;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
@@ -116,7 +116,8 @@ pub(crate) fn run_action(
     }
     p.outputs.open_existing_dirs(&root, &wd)?;
 
-    let (stdout, stderr) = (work.file("stdout"), work.file("stderr"));
+    // The names the ready work dirs hold their empty files under.
+    let [stdout, stderr] = STD_STREAMS.map(|f| work.file(f));
     let env: Vec<(&str, &str)> = p
         .command
         .environment_variables
