@@ -76,6 +76,11 @@ python3 tests/module/check.py
 python3 tests/module/check_test.py
 python3 tests/module/h2_patch_test.py
 python3 rust/third_party/h2_patch.py check
+# The same check from an empty cargo home, as on a fresh machine: `cargo metadata --offline`
+# needs every platform's packages, which only its own `cargo fetch --locked` brings.
+fresh_cargo_home=$(mktemp -d)
+CARGO_HOME="$fresh_cargo_home" python3 rust/third_party/h2_patch.py check
+rm -rf "$fresh_cargo_home"
 bash tests/module/h2_bazel_patch_test.sh
 bash tests/module/release_test.sh
 

@@ -16,8 +16,10 @@ Contract:
 
 DIR is the checkout (default: this one). FILE is crates.io's h2-<version>.crate; by default
 the one in cargo's registry cache ($CARGO_HOME/registry/cache/*/), fetched there with
-`cargo fetch` in a scratch project outside the checkout when missing (the only network use;
-cargo builds of clonestage never download it, the [patch] replaces it).
+`cargo fetch` in a scratch project outside the checkout when missing (cargo builds of
+clonestage never download it, the [patch] replaces it). The check's cargo step also runs
+`cargo fetch --locked` on its copy of the workspace first: `metadata --offline` needs every
+platform's packages, and a fresh cargo home has only what a Linux build downloaded.
 
 Why: cargo gets the patched h2 through `[patch.crates-io]` in the checkout's
 .cargo/config.toml. rules_rust's crate_universe cannot take that path: it would render the
@@ -263,6 +265,15 @@ def check(root, crate_arg, use_cargo):
             ws = os.path.join(tmp, "ws")
             os.makedirs(ws)
             copy_workspace_without_patch(root, read(os.path.join(root, BAZEL_LOCK)), ws)
+            # `metadata --offline` needs every package the lock names, for every platform
+            # (anstyle-wincon and the other Windows-only ones included), while a machine's
+            # cargo home holds only what its own builds downloaded: fetch them first.
+            r = subprocess.run(["cargo", "fetch", "--locked", "--manifest-path", os.path.join(ws, "Cargo.toml")],
+                               cwd=ws, capture_output=True, text=True)
+            if r.returncode != 0:
+                problems.append(f"{BAZEL_LOCK}: cargo fetch --locked (every platform's packages, for "
+                                f"the metadata check) failed: {r.stderr.strip()[-400:]}")
+                return problems
             r = subprocess.run(["cargo", "metadata", "--locked", "--offline", "--format-version", "1",
                                 "--manifest-path", os.path.join(ws, "Cargo.toml")],
                                cwd=ws, capture_output=True, text=True)
