@@ -91,7 +91,7 @@ step "secrets: another uid against a TCP build through the launcher, and a resta
 bash tests/secrets/run.sh
 bash tests/secrets/run.sh --bazel   # the same with Bazel 4.2.3 (~30 s)
 
-step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc)"
+step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc), each suite also against the Darwin build on the XNU emulation (<suite>_xnu, tests/cc/xnu)"
 # The launcher is bypassed here: these tests are about the wrapper, run by Bazel locally.
 # tests/cc is a workspace of its own so the dev-only googletest stays out of @clonestage//...
 (cd tests/cc && export CLONESTAGE_DISABLE=1 && bazel test --jobs=2 //... && bazel shutdown)
