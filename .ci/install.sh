@@ -9,8 +9,11 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
+# clang, libc++-dev and libc++abi-dev: the spawn wrapper linked with clang and libc++
+# (tests/cc/toolchains_test.sh).
 pkgs=(bazel-bootstrap bazel-skylib bazel-platforms libgtest-dev googletest
-      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv)
+      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv
+      clang libc++-dev libc++abi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,8 +6,10 @@
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the unix socket, the Xcode
 # environment and zstd compression with independent clients, the static layout and module checks, the
 # launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
-# (tests/cc), the end-to-end tests in tests/e2e, the team-settings workspace in tests/teamrc, the
-# adoption paths in tests/consumer and the reliability suite in tests/reliability.
+# (tests/cc, also against its Darwin build on an XNU emulation), its link with other C++
+# toolchains, the end-to-end tests in
+# tests/e2e, the team-settings workspace in tests/teamrc, the adoption paths in tests/consumer
+# and the reliability suite in tests/reliability.
 #
 # Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
 set -euo pipefail
@@ -94,7 +96,11 @@ bash tests/secrets/run.sh --bazel   # the same with Bazel 4.2.3 (~30 s)
 step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc), each suite also against the Darwin build on the XNU emulation (<suite>_xnu, tests/cc/xnu)"
 # The launcher is bypassed here: these tests are about the wrapper, run by Bazel locally.
 # tests/cc is a workspace of its own so the dev-only googletest stays out of @clonestage//...
-(cd tests/cc && export CLONESTAGE_DISABLE=1 && bazel test --jobs=2 //... && bazel shutdown)
+(cd tests/cc && export CLONESTAGE_DISABLE=1 && bazel test --jobs=2 //...)
+
+step "the spawn wrapper's link with GCC (libstdc++ kept static) and with clang and libc++ (tests/cc/toolchains_test.sh, Bazel 4.2.3)"
+bash tests/cc/toolchains_test.sh
+(cd tests/cc && CLONESTAGE_DISABLE=1 bazel shutdown)
 
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh
