@@ -7,7 +7,7 @@
 # environment and zstd compression with independent clients, the static layout and module checks, the
 # launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
 # (tests/cc, also against its Darwin build on an XNU emulation), its link with other C++
-# toolchains, the end-to-end tests in
+# toolchains, its macOS executables cross-linked (tools/cross), the end-to-end tests in
 # tests/e2e, the team-settings workspace in tests/teamrc, the adoption paths in tests/consumer
 # and the reliability suite in tests/reliability.
 #
@@ -101,6 +101,9 @@ step "bazel test of the spawn wrapper (googletest, the nested workspace tests/cc
 step "the spawn wrapper's link with GCC (libstdc++ kept static) and with clang and libc++ (tests/cc/toolchains_test.sh, Bazel 4.2.3)"
 bash tests/cc/toolchains_test.sh
 (cd tests/cc && CLONESTAGE_DISABLE=1 bazel shutdown)
+
+step "the spawn wrapper's macOS executables (aarch64, x86_64) linked with zig, headers checked, reproducible (tools/cross/test.sh; ~8 min with a cold zig cache)"
+bash tools/cross/test.sh
 
 step "end to end: Bazel through clonestage serve (tests/e2e, examples/swiftlike)"
 bash tests/e2e/run.sh
