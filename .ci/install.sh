@@ -9,8 +9,11 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
+# clang, libc++-dev and libc++abi-dev: the spawn wrapper linked with clang and libc++
+# (tests/cc/toolchains_test.sh).
 pkgs=(bazel-bootstrap bazel-skylib bazel-platforms libgtest-dev googletest
-      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv)
+      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv
+      clang libc++-dev libc++abi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -58,6 +61,19 @@ if ! "$TOOLS/bgd-venv/bin/bgd" --help >/dev/null 2>&1; then
     mkdir -p "$TOOLS"
     [ -x "$TOOLS/bgd-venv/bin/pip" ] || "$py311" -m venv "$TOOLS/bgd-venv"
     "$TOOLS/bgd-venv/bin/pip" install -q --disable-pip-version-check 'buildgrid==0.4.4' >/dev/null
+fi
+# zig (ziglang from PyPI) in its own venv: cross-links the spawn wrapper for macOS and old
+# glibc (tools/cross/build-spawn.sh). Pinned: a new zig may change the bytes or the default
+# macOS it targets.
+if [ "$("$TOOLS/zig-venv/bin/python" -m ziglang version 2>/dev/null)" != 0.15.2 ]; then
+    log "pip install ziglang==0.15.2 into $TOOLS/zig-venv"
+    mkdir -p "$TOOLS"
+    [ -x "$TOOLS/zig-venv/bin/pip" ] || python3 -m venv "$TOOLS/zig-venv"
+    "$TOOLS/zig-venv/bin/pip" install -q --disable-pip-version-check 'ziglang==0.15.2' >/dev/null
+fi
+if [ ! -x "$TOOLS/zig-venv/bin/zig" ]; then
+    ln -sf "$("$TOOLS/zig-venv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')" \
+        "$TOOLS/zig-venv/bin/zig"
 fi
 # The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
 if ! cargo fuzz --help >/dev/null 2>&1; then

@@ -97,8 +97,14 @@ suite_secrets() {
 suite_cc() {
     # The launcher is bypassed here: these tests are about the wrapper, run by Bazel locally.
     # tests/cc is a workspace of its own so the dev-only googletest stays out of @clonestage//...
-    (cd tests/cc && export CLONESTAGE_DISABLE=1 && bazel test --jobs=2 //... && bazel shutdown)
+    # Each suite also runs as <suite>_xnu: the Darwin build on the XNU emulation (tests/cc/xnu).
+    (cd tests/cc && export CLONESTAGE_DISABLE=1 && bazel test --jobs=2 //...)
+    # The link with GCC (libstdc++ kept static) and with clang and libc++.
+    bash tests/cc/toolchains_test.sh
+    (cd tests/cc && CLONESTAGE_DISABLE=1 bazel shutdown)
 }
+
+suite_cross_spawn() { bash tools/cross/test.sh; }
 
 suite_e2e() { need_helper; bash tests/e2e/run.sh; }
 suite_upstream() { need_helper; need_spawn; bash tests/upstream/run.sh; }
@@ -123,7 +129,8 @@ SUITES=(
     "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive"
     "launcher|quick full|the launcher (tools/bazel), black-box"
     "secrets|full|another uid against a TCP build through the launcher, and a restart"
-    "cc|full|the spawn wrapper's googletest suite (the nested workspace tests/cc)"
+    "cc|full|the spawn wrapper's googletest suite (tests/cc), also its Darwin build on an XNU emulation; its link with GCC and with clang+libc++"
+    "cross_spawn|full|the spawn wrapper's macOS executables (aarch64, x86_64) linked with zig, headers checked, reproducible"
     "e2e|full|Bazel 4.2.3 through clonestage serve (tests/e2e, examples/swiftlike)"
     "upstream|full|a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying"
     "teamrc|full|a team's .bazelrc: a dead --remote_cache, a --disk_cache, worker-style --strategy lines"
