@@ -40,6 +40,13 @@
 //    SZOMB are counted: a zombie runs nothing, and one whose parent left the
 //    group and never reaps it would otherwise hold the wrapper until that
 //    parent ends. (Bazel counts zombies: process-tools-darwin.cc:122.)
+//  - Nor are members that have started exiting: killpg1 cannot signal them
+//    (pgrp_iterate's proc_find fails once P_REF_DEAD is set, kern_proc.c:
+//    3982-3985 at 11215; kern_exit.c:1435 / 2103), so while one tears down
+//    a large address space, kill(-pid) already answers EPERM. sysctl marks
+//    them P_WEXIT in p_flag (kern_sysctl.c:1015-1016 / 1141-1142), set with
+//    P_LEXIT before P_REF_DEAD (kern_exit.c:1201 / 1600). Counting them as
+//    live would read that EPERM as "members kill() cannot signal".
 //
 // Not built on Linux for use; compiled only for macOS (see cc/BUILD.bazel),
 // and on Linux for tests against tests/cc/xnu, an emulation of exactly the
@@ -62,8 +69,9 @@
 namespace clonestage {
 namespace {
 
-// Returns the number of processes in process group pgid that are not
-// zombies (p_stat != SZOMB), that is, that can still run.
+// Returns the number of processes in process group pgid that are neither
+// zombies (p_stat SZOMB) nor exiting (P_WEXIT), that is, that can still run
+// user code.
 size_t CountLiveGroupMembers(pid_t pgid) {
   int mib[] = {CTL_KERN, KERN_PROC, KERN_PROC_PGRP, static_cast<int>(pgid)};
   const u_int mib_len = sizeof(mib) / sizeof(mib[0]);
@@ -84,7 +92,8 @@ size_t CountLiveGroupMembers(pid_t pgid) {
     }
     size_t live = 0;
     for (size_t i = 0; i < size / sizeof(struct kinfo_proc); ++i) {
-      if (procs[i].kp_proc.p_stat != SZOMB) {
+      if (procs[i].kp_proc.p_stat != SZOMB &&
+          (procs[i].kp_proc.p_flag & P_WEXIT) == 0) {
         ++live;
       }
     }

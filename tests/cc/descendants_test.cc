@@ -34,6 +34,18 @@ bool StillThere(pid_t pid) {
                                            : ProcessIsRunning(pid);
 }
 
+// Whether a killed descendant is gone within timeout_secs: one tearing down
+// a large address space is still there (exiting) for a while.
+bool GoneWithin(pid_t pid, double timeout_secs) {
+  for (double waited = 0; waited < timeout_secs; waited += 0.01) {
+    if (!StillThere(pid)) {
+      return true;
+    }
+    usleep(10 * 1000);
+  }
+  return !StillThere(pid);
+}
+
 // A shell command that starts `script` in a new session (setsid(2)) in the
 // background. perl rather than setsid(1), which macOS does not have.
 std::string InNewSession(const std::string& script) {
@@ -131,6 +143,29 @@ TEST(DescendantsTest, ZombieWhoseParentLeftTheGroupDoesNotHoldTheWrapper) {
   }
   KillLeftover(child);
   KillLeftover(parent);
+}
+
+TEST(DescendantsTest, GrandchildStillExitingDoesNotFailTheCleanup) {
+  // A backgrounded grandchild holding 256 MiB takes a while (tens of ms) to
+  // tear its address space down after the group's SIGKILL. While it does,
+  // XNU's kill(-pgid) can no longer find it and answers EPERM, yet sysctl
+  // still lists it, not as a zombie but marked P_WEXIT
+  // (cc/process-tools-darwin.cc). Regression: the Darwin cleanup counted it
+  // as a live member no kill() could signal and exited 125.
+  const std::string pid_file = MakeTempDir() + "/pid";
+  const SpawnResult r = RunSpawn(
+      {"--", "/bin/sh", "-c",
+       "perl -e '$x = \"a\" x (1 << 28); open(my $f, \">\", $ARGV[0]) or "
+       "die; print $f \"$$\\n\"; close($f); sleep 30' " +
+           pid_file + " & while [ ! -s " + pid_file +
+           " ]; do sleep 0.01; done; exit 0"});
+  const pid_t grandchild = ReadPid(pid_file);
+  ASSERT_GT(grandchild, 0);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // Killed, not waited for (it sleeps 30 s).
+  EXPECT_LT(r.elapsed_secs, 20);
+  EXPECT_TRUE(GoneWithin(grandchild, 10));
+  KillLeftover(grandchild);
 }
 
 TEST(DescendantsTest, GrandchildIsKilledOnTimeoutToo) {

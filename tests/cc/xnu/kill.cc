@@ -17,6 +17,12 @@
 //    (1854 / 1707), every other member is signalled, and if none was, the
 //    answer is EPERM, not ESRCH, because posix is 1 (1858 / 1711). This is
 //    what Linux does not do: it signals the zombies and returns 0.
+//  - A member that has started exiting but is not a zombie yet is skipped
+//    too: pgrp_iterate looks each member up with proc_find (kern_proc.c:
+//    3982-3985 at 11215), which fails once proc_prepareexit has set
+//    P_REF_DEAD (kern_exit.c:1435 / 2103), right after exit set P_LEXIT
+//    (1201 / 1600). Modelled as Linux's PF_EXITING; the window between the
+//    two flags is not.
 //  - Not modelled (the wrapper does not use them): pid 0 and -1, and the
 //    permission check (cansignal): the wrapper signals only its own
 //    command's group, of its own uid.
@@ -39,12 +45,15 @@ namespace {
 struct GroupCount {
   int live = 0;
   int zombies = 0;
+  int exiting = 0;
 };
 
 void CountMember(const ProcEntry& entry, void* arg) {
   GroupCount* count = static_cast<GroupCount*>(arg);
   if (IsZombie(entry)) {
     ++count->zombies;
+  } else if (entry.exiting) {
+    ++count->exiting;
   } else {
     ++count->live;
   }
@@ -63,13 +72,15 @@ int Kill(pid_t pid, int sig) {
   if (ForEachGroupMember(-pid, CountMember, &count) == -1) {
     NotModelled("kill() without a readable /proc");
   }
-  if (count.live == 0 && count.zombies == 0) {
+  if (count.live == 0 && count.zombies == 0 && count.exiting == 0) {
     Trace("kill: no such process group: ESRCH");
     errno = ESRCH;
     return -1;
   }
   if (count.live == 0) {
-    Trace("kill: process group of zombies only: EPERM");
+    Trace(count.exiting == 0
+              ? "kill: process group of zombies only: EPERM"
+              : "kill: process group of zombies and exiting members: EPERM");
     errno = EPERM;
     return -1;
   }

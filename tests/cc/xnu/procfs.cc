@@ -87,14 +87,17 @@ bool ReadProc(pid_t pid, ProcEntry* entry) {
   ++p;  // The space after ')'.
   entry->pid = pid;
   entry->state = *p++;
-  long ppid = 0;
-  long pgid = 0;
-  if (p >= end || *p++ != ' ' || !ParseNumber(&p, end, &ppid) || p >= end ||
-      *p++ != ' ' || !ParseNumber(&p, end, &pgid)) {
-    return false;
+  // ... PPID PGRP SESSION TTY_NR TPGID FLAGS ... (proc(5)).
+  long fields[6] = {};
+  for (long& field : fields) {
+    if (p >= end || *p++ != ' ' || !ParseNumber(&p, end, &field)) {
+      return false;
+    }
   }
-  entry->ppid = static_cast<pid_t>(ppid);
-  entry->pgid = static_cast<pid_t>(pgid);
+  constexpr long kPfExiting = 0x00000004;  // include/linux/sched.h
+  entry->ppid = static_cast<pid_t>(fields[0]);
+  entry->pgid = static_cast<pid_t>(fields[1]);
+  entry->exiting = (fields[5] & kPfExiting) != 0;
   return true;
 }
 

@@ -22,6 +22,10 @@ struct ProcEntry {
   // The state letter of /proc/PID/stat: 'Z' zombie, 'X' dead, 'T'/'t'
   // stopped, 'R' running, others sleeping.
   char state = 0;
+  // PF_EXITING in the flags of /proc/PID/stat (Linux include/linux/sched.h):
+  // the process has started exiting (do_exit) and is not a zombie yet. A
+  // process whose address space is large can stay so for hundreds of ms.
+  bool exiting = false;
 };
 
 // Whether the entry is what XNU calls SZOMB: exited, waiting to be reaped.

@@ -7,7 +7,9 @@
 //    728-734), zombies included: the walk covers the zombie list too
 //    (PROC_ALLPROCLIST | PROC_ZOMBPROCLIST, 796 / 916), and a zombie keeps
 //    its group until it is reaped (kern_exit.c:2105 / 2801). Each entry
-//    carries the process's p_stat (1070 / 1207), SZOMB for a zombie.
+//    carries the process's p_stat (1070 / 1207), SZOMB for a zombie, and
+//    p_flag with P_WEXIT for a process that has started exiting (P_LEXIT,
+//    1015-1016 / 1141-1142): Linux's PF_EXITING of a non-zombie.
 //  - Without a buffer, *oldlenp is what is needed plus KERN_PROCSLOP, five
 //    entries (667 + 812 / 787 + 932). With one, as many entries as fit are
 //    copied, *oldlenp is what was copied, and if more were needed the call
@@ -50,6 +52,7 @@ void AddMember(const ProcEntry& entry, void* arg) {
     *kp = {};
     kp->kp_proc.p_pid = entry.pid;
     kp->kp_proc.p_stat = Stat(entry);
+    kp->kp_proc.p_flag = entry.exiting && !IsZombie(entry) ? P_WEXIT : 0;
     kp->kp_eproc.e_ppid = entry.ppid;
     kp->kp_eproc.e_pgid = entry.pgid;
   }
