@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Install everything clonestage's build and tests need on a fresh Debian machine (as root).
-# Safe to re-run. Used by .ci/run; developers can run it once too.
+# Install everything clonestage's build and tests need on a fresh Debian machine (as root),
+# and only what is missing: a command already on PATH (npm from NodeSource, say, whose nodejs
+# conflicts with Debian's npm; a Rust from rustup) is used as it is. Safe to re-run. Used by
+# .ci/run and tools/demo.sh; developers can run it once too. Rust comes from rustup into
+# ~/.cargo when there is no cargo: callers then `. "$HOME/.cargo/env"`.
 set -euo pipefail
 log() { echo "install: $*" >&2; }
 
@@ -14,6 +17,10 @@ fi
 pkgs=(bazel-bootstrap bazel-skylib bazel-platforms libgtest-dev googletest
       xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv
       clang libc++-dev libc++abi-dev)
+# Commands, not packages: installed from Debian only when missing.
+command -v curl >/dev/null 2>&1 || pkgs+=(curl ca-certificates)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || pkgs+=(python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,9 +31,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck source=/dev/null # rustup's
+    . "$HOME/.cargo/env"
+fi
 if ! command -v cargo >/dev/null 2>&1; then
-    echo "install: cargo not found; install Rust with rustup first" >&2
-    exit 1
+    log "no cargo: installing Rust with rustup into ~/.cargo"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal >/dev/null
+    # shellcheck source=/dev/null # rustup's
+    . "$HOME/.cargo/env"
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
