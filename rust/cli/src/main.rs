@@ -124,6 +124,18 @@ enum Cmd {
         #[arg(long, env = "CLONESTAGE_POOL_COPIES",
               default_value_t = clonestage_engine::stage::PoolBounds::default().copies)]
         pool_copies: usize,
+        /// An action-relative directory linked into every root as one persistent directory
+        /// (per concrete path), where the action declares nothing there: `*` is any one
+        /// directory name. Repeatable, or comma-separated in the variable; `none` turns
+        /// sharing off (docs/module-cache.md) [default: bazel-out/*/bin/_swift_module_cache,
+        /// bazel-out/*/bin/_objc_module_cache, bazel-out/*/genfiles/_objc_module_cache]
+        #[arg(
+            long = "shared-dir",
+            env = "CLONESTAGE_SHARED_DIRS",
+            value_name = "PATTERN",
+            value_delimiter = ','
+        )]
+        shared_dirs: Vec<String>,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -258,36 +270,42 @@ fn main() -> ExitCode {
             upstream_timeout_ms,
             upstream_queue_max,
             pool_copies,
-        } => clonestage_server::serve(clonestage_server::ServeOptions {
-            cache_dir: cache,
-            port,
-            jobs: jobs.unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(2)
-            }),
-            spawn,
-            limits: TreeLimits {
-                max_depth: max_tree_depth,
-                max_entries: max_tree_entries,
-                max_bytes: max_tree_bytes,
-            },
-            max_size,
-            evict_every: evict_every.map(std::time::Duration::from_secs),
-            upstream: upstream.filter(|u| !u.is_empty()).map(|url| {
-                clonestage_server::UpstreamOptions {
-                    instance: upstream_instance,
-                    auth_file: upstream_auth_file,
-                    auth_helper: upstream_auth_helper,
-                    write: upstream_write,
-                    timeout: std::time::Duration::from_millis(upstream_timeout_ms),
-                    queue_max: upstream_queue_max,
-                    ..clonestage_server::UpstreamOptions::new(&url)
-                }
-            }),
-            pool_copies,
-        })
-        .map(|_| ExitCode::SUCCESS),
+            shared_dirs,
+        } => clonestage_engine::shared::Pattern::parse_list(&shared_dirs)
+            .map_err(anyhow::Error::from)
+            .and_then(|shared_dirs| {
+                clonestage_server::serve(clonestage_server::ServeOptions {
+                    cache_dir: cache,
+                    port,
+                    jobs: jobs.unwrap_or_else(|| {
+                        std::thread::available_parallelism()
+                            .map(|n| n.get())
+                            .unwrap_or(2)
+                    }),
+                    spawn,
+                    limits: TreeLimits {
+                        max_depth: max_tree_depth,
+                        max_entries: max_tree_entries,
+                        max_bytes: max_tree_bytes,
+                    },
+                    max_size,
+                    evict_every: evict_every.map(std::time::Duration::from_secs),
+                    upstream: upstream.filter(|u| !u.is_empty()).map(|url| {
+                        clonestage_server::UpstreamOptions {
+                            instance: upstream_instance,
+                            auth_file: upstream_auth_file,
+                            auth_helper: upstream_auth_helper,
+                            write: upstream_write,
+                            timeout: std::time::Duration::from_millis(upstream_timeout_ms),
+                            queue_max: upstream_queue_max,
+                            ..clonestage_server::UpstreamOptions::new(&url)
+                        }
+                    }),
+                    pool_copies,
+                    shared_dirs,
+                })
+            })
+            .map(|_| ExitCode::SUCCESS),
         Cmd::Address {
             tcp,
             bazelrc,

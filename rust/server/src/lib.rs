@@ -81,6 +81,9 @@ pub struct ServeOptions {
     /// Ready copies of hot input subtrees kept in `<cache>/pool/` (`--pool-copies`); 0: no
     /// pool.
     pub pool_copies: usize,
+    /// Action-relative paths linked into every root as one persistent directory each
+    /// (`--shared-dir`; compilers' module caches, docs/module-cache.md); empty: none.
+    pub shared_dirs: Vec<clonestage_engine::shared::Pattern>,
 }
 
 /// Upload entries waiting in the cache's upstream queue (`clonestage stats`'s
