@@ -271,41 +271,37 @@ fn main() -> ExitCode {
             upstream_queue_max,
             pool_copies,
             shared_dirs,
-        } => clonestage_engine::shared::Pattern::parse_list(&shared_dirs)
-            .map_err(anyhow::Error::from)
-            .and_then(|shared_dirs| {
-                clonestage_server::serve(clonestage_server::ServeOptions {
-                    cache_dir: cache,
-                    port,
-                    jobs: jobs.unwrap_or_else(|| {
-                        std::thread::available_parallelism()
-                            .map(|n| n.get())
-                            .unwrap_or(2)
-                    }),
-                    spawn,
-                    limits: TreeLimits {
-                        max_depth: max_tree_depth,
-                        max_entries: max_tree_entries,
-                        max_bytes: max_tree_bytes,
-                    },
-                    max_size,
-                    evict_every: evict_every.map(std::time::Duration::from_secs),
-                    upstream: upstream.filter(|u| !u.is_empty()).map(|url| {
-                        clonestage_server::UpstreamOptions {
-                            instance: upstream_instance,
-                            auth_file: upstream_auth_file,
-                            auth_helper: upstream_auth_helper,
-                            write: upstream_write,
-                            timeout: std::time::Duration::from_millis(upstream_timeout_ms),
-                            queue_max: upstream_queue_max,
-                            ..clonestage_server::UpstreamOptions::new(&url)
-                        }
-                    }),
-                    pool_copies,
-                    shared_dirs,
-                })
-            })
-            .map(|_| ExitCode::SUCCESS),
+        } => clonestage_server::serve(clonestage_server::ServeOptions {
+            cache_dir: cache,
+            port,
+            jobs: jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            }),
+            spawn,
+            limits: TreeLimits {
+                max_depth: max_tree_depth,
+                max_entries: max_tree_entries,
+                max_bytes: max_tree_bytes,
+            },
+            max_size,
+            evict_every: evict_every.map(std::time::Duration::from_secs),
+            upstream: upstream.filter(|u| !u.is_empty()).map(|url| {
+                clonestage_server::UpstreamOptions {
+                    instance: upstream_instance,
+                    auth_file: upstream_auth_file,
+                    auth_helper: upstream_auth_helper,
+                    write: upstream_write,
+                    timeout: std::time::Duration::from_millis(upstream_timeout_ms),
+                    queue_max: upstream_queue_max,
+                    ..clonestage_server::UpstreamOptions::new(&url)
+                }
+            }),
+            pool_copies,
+            shared_dirs,
+        })
+        .map(|_| ExitCode::SUCCESS),
         Cmd::Address {
             tcp,
             bazelrc,

@@ -97,7 +97,7 @@ async fn with_sharing_off_every_root_starts_empty() {
         .tempdir_in("/tmp")
         .unwrap();
     let mut opts = TestServer::opts(dir.path(), 2);
-    opts.shared_dirs = Vec::new();
+    opts.shared_dirs = vec!["none".into()];
     let s = TestServer {
         handle: Some(clonestage_server::start(opts).await.unwrap()),
         dir,
