@@ -2,6 +2,7 @@
 # Install everything clonestage's build and tests need on a fresh Debian machine (as root).
 # Safe to re-run. Used by .ci/run; developers can run it once too.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 log() { echo "install: $*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -27,6 +28,19 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
+
+# The Rust toolchains CI checks the workspace with (tests/run.sh): rust/Cargo.toml's
+# rust-version, and the default Rust of the dev rules_rust (MODULE.bazel), which also builds
+# the release archives (tools/release.sh's RUST) for its four targets.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
+release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
+case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
+for tc in "$msrv" "$release_rust"; do
+    rustup toolchain list | grep -q "^$tc-" || rustup toolchain install --profile minimal "$tc"
+done
+for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu x86_64-apple-darwin aarch64-apple-darwin; do
+    rustup +"$release_rust" target list --installed | grep -qx "$t" || rustup target add --toolchain "$release_rust" "$t"
+done
 
 # buildifier from npm (the package ships the binary), into a tools dir outside the repo.
 TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}

@@ -34,6 +34,14 @@ cargo clippy --manifest-path rust/Cargo.toml --workspace --all-targets --target 
 step "clippy (linux, the fault-injection test hooks on)"
 cargo clippy --manifest-path rust/Cargo.toml -p clonestage-engine -p clonestage --all-targets --features clonestage/fault-injection -- -D warnings
 
+step "rust-version: the lock checks with rust/Cargo.toml's rust-version and with the dev rules_rust's default Rust (MODULE.bazel), --locked"
+# The second shares the default target directory's dependencies when stable is that version.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
+case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
+release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
+(cd rust && cargo +"$msrv" check --locked --workspace --target-dir target/msrv)
+(cd rust && cargo +"$release_rust" check --locked --workspace)
+
 step "cargo test with the fault-injection hooks (a failed stage leaves nothing behind)"
 # Only the tests that need the hooks; a second build of the engine, server and CLI (deps are
 # shared), kept by cargo beside the default one. The next step's default build then puts the

@@ -13,8 +13,7 @@
 #                  (refused, with how to chain; chained as printed, a build runs through
 #                  both launchers and clonestage), a failing install (no cargo on PATH:
 #                  says so, leaves no per-version home and no change in the workspace), and
-#                  the program of the bzlmod branch (given a helper built by Bazel; here a
-#                  prebuilt one, since Bazel 4.2.3 has no rules_rust);
+#                  the program's helper branch (given a helper target of the consumer's);
 #   checkout path  the README's "without the module" words: copy tools/bazel and
 #                  strategy/clonestage.bazelrc into the workspace's tools/, run
 #                  `bash tools/install-binaries.sh` in the checkout, add the two .bazelrc
@@ -122,6 +121,16 @@ stat_of() { # stat_of JSON KEY
   echo "${v:-0}"
 }
 
+# $PATH less every directory holding cargo, rustc or rustup: a machine with no Rust toolchain.
+path_without_rust() {
+  local d out=""
+  local IFS=:
+  for d in $PATH; do
+    [ -x "$d/cargo" ] || [ -x "$d/rustc" ] || [ -x "$d/rustup" ] || out="${out:+$out:}$d"
+  done
+  printf '%s\n' "$out"
+}
+
 # A consumer workspace: a few actions and a test. WORKSPACE gets $1 (extra lines).
 make_workspace() { # make_workspace DIR EXTRA_WORKSPACE_LINES
   mkdir -p "$1"
@@ -218,6 +227,11 @@ module_path() {
     path = \"$root\",
 )
 
+# @clonestage_binaries: a checkout is no release, so it says to build from source.
+load(\"@clonestage//:repositories.bzl\", \"clonestage_binaries\")
+
+clonestage_binaries()
+
 # clonestage's own dependency in WORKSPACE mode beyond what every offline 4.2.3
 # workspace declares (below): @platforms (//cc selects on @platforms//os), from
 # Debian's bazel-platforms. (@rules_cc, which //cc loads, is among those below.)
@@ -237,9 +251,10 @@ local_repository(
     cmp -s "$ws/tools/clonestage.bazelrc" "$root/strategy/clonestage.bazelrc" &&
     grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws/.bazelrc" &&
     grep -qx 'build --config=clonestage' "$ws/.bazelrc" &&
-    grep -q "WORKSPACE mode (no rules_rust): building the helper with cargo" "$log" &&
+    grep -q "building the helper from source: this clonestage is not a release" "$log" &&
+    grep -q "building the helper with cargo build --locked --release" "$log" &&
     grep -q "Compiling clonestage" "$log"; then
-    pass "module: bazel run @clonestage//:install built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the .bazelrc lines ($((SECONDS - t0)) s)"
+    pass "module: bazel run @clonestage//:install said a checkout has no prebuilt helpers, built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the .bazelrc lines ($((SECONDS - t0)) s)"
   else
     fail "module: bazel run @clonestage//:install" "exit $rc" "$(tail_of "$log" 30)"
   fi
@@ -306,10 +321,10 @@ local_repository(
   fi
   (cd "$ws2" && timeout 60 bazel shutdown) >/dev/null 2>&1
 
-  # 5. The bzlmod branch's program (helper given, no cargo), which Bazel 4.2.3 cannot reach
-  # through @clonestage//:install (no rules_rust): the rule given a prebuilt helper, its
-  # program run from / with no runfiles variables (it finds everything through $0.runfiles,
-  # including a helper of the main repository).
+  # 5. The program's helper branch (a helper given, no cargo), with a helper target of the
+  # consumer's own: the rule given a wrapper script, its program run from / with no runfiles
+  # variables (it finds everything through $0.runfiles, including a helper of the main
+  # repository). The prebuilt path below takes the same branch through @clonestage_binaries.
   # shellcheck disable=SC2016 # "$@" is the generated script's
   printf '#!/bin/sh\nexec "%s" "$@"\n' "$home_bin/clonestage" >"$ws/prebuilt_helper.sh"
   chmod +x "$ws/prebuilt_helper.sh"
@@ -340,21 +355,16 @@ EOF
   if [ "$rc" = 0 ] && cmp -s "$helper_data/clonestage/$version/bin/clonestage" "$home_bin/clonestage" &&
     cmp -s "$helper_data/clonestage/$version/bin/clonestage-spawn" "$home_bin/clonestage-spawn" &&
     cmp -s "$ws4/tools/bazel" "$root/tools/bazel" && grep -q "config=clonestage" "$ws4/.bazelrc" &&
-    grep -q "installing the helper and the spawn wrapper that Bazel built" "$log" && ! grep -q "cargo build" "$log"; then
-    pass "module: the helper branch (bzlmod's) installs a Bazel-built helper and wrapper without cargo"
+    grep -q "installing the helper and the spawn wrapper into" "$log" && ! grep -q "cargo build" "$log"; then
+    pass "module: the helper branch installs a given helper and wrapper without cargo"
   else
     fail "module: the helper branch" "exit $rc" "$(tail_of "$log" 15)"
   fi
 
   # 6. A failing install (no cargo on PATH) says so and leaves nothing half-installed.
-  local ws3="$dir/ws3" fail_data="$dir/faildata" nocargo_path=""
+  local ws3="$dir/ws3" fail_data="$dir/faildata" nocargo_path
   mkdir -p "$ws3"
-  local d
-  local IFS=:
-  for d in $PATH; do
-    [ -x "$d/cargo" ] || nocargo_path="${nocargo_path:+$nocargo_path:}$d"
-  done
-  unset IFS
+  nocargo_path="$(path_without_rust)"
   log="$dir/nocargo.log"
   (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE PATH="$nocargo_path" XDG_DATA_HOME="$fail_data" "$prog" "$ws3") >"$log" 2>&1
   rc=$?
