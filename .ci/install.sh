@@ -73,6 +73,18 @@ if ! "$TOOLS/bgd-venv/bin/bgd" --help >/dev/null 2>&1; then
     [ -x "$TOOLS/bgd-venv/bin/pip" ] || "$py311" -m venv "$TOOLS/bgd-venv"
     "$TOOLS/bgd-venv/bin/pip" install -q --disable-pip-version-check 'buildgrid==0.4.4' >/dev/null
 fi
+# cargo-zigbuild and zig (PyPI's ziglang) in a venv there: tools/release.sh cross-builds the
+# prebuilt helpers with them (zig links Mach-O and old-glibc ELF; `zig c++` builds the wrapper).
+# Exact versions: they are part of what makes a release rebuild to the same bytes.
+if ! "$TOOLS/zig-venv/bin/cargo-zigbuild" --version 2>/dev/null | grep -qx 'cargo-zigbuild 0.24.0' ||
+    [ "$("$TOOLS/zig-venv/bin/zig" version 2>/dev/null)" != 0.15.2 ]; then
+    log "pip install ziglang==0.15.2 cargo-zigbuild==0.24.0 into $TOOLS/zig-venv"
+    mkdir -p "$TOOLS"
+    [ -x "$TOOLS/zig-venv/bin/pip" ] || python3 -m venv "$TOOLS/zig-venv"
+    "$TOOLS/zig-venv/bin/pip" install -q --disable-pip-version-check 'ziglang==0.15.2' 'cargo-zigbuild==0.24.0' >/dev/null
+    # cargo-zigbuild looks for `zig` on PATH first (else `python3 -m ziglang`, which is slower).
+    ln -sf "$("$TOOLS/zig-venv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')" "$TOOLS/zig-venv/bin/zig"
+fi
 # The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
 if ! cargo fuzz --help >/dev/null 2>&1; then
     log "cargo install cargo-fuzz"

@@ -113,7 +113,14 @@ bash tests/upstream/run.sh
 
 step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~45 s)"
 bash tests/teamrc/run.sh
-step "consumer: the adoption paths in fresh workspaces outside the repository (tests/consumer: bazel run @clonestage//:install with a cold cargo build, then the README's without-the-module path)"
+step "release: the prebuilt helpers for four platforms, cross-built with cargo-zigbuild and zig (tools/release.sh); Mach-O arm64/x86_64 with minos 12.0 and system libraries only, ELF needing glibc <= 2.17; the same bytes twice (tests/module/release_binaries_test.sh)"
+# Built once per run: tests/consumer's prebuilt path installs from the same archives.
+CLONESTAGE_RELEASE_OUT=$(mktemp -d)
+export CLONESTAGE_RELEASE_OUT
+trap 'rm -rf "$CLONESTAGE_RELEASE_OUT"' EXIT
+bash tests/module/release_binaries_test.sh "$CLONESTAGE_RELEASE_OUT"
+
+step "consumer: the adoption paths in fresh workspaces outside the repository (tests/consumer: the release's prebuilt helpers with no Rust toolchain, a tampered archive, a platform without one; bazel run @clonestage//:install with a cold cargo build; the README's without-the-module path)"
 bash tests/consumer/run.sh
 
 step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases; docs/reliability.md)"

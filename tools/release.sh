@@ -169,10 +169,17 @@ if [ "$source_only" = 0 ]; then
     src=$target_dir/src
     rm -rf "$src" "$target_dir/stage"
     mkdir -p "$src" "$target_dir/stage"
-    # Mtimes of now, not the commit's: cargo judges path crates fresh by mtime, and a tree
-    # older than the last build would ship that build's binaries. So clonestage's own crates
-    # compile every run; the crates.io dependencies are reused.
-    git -C "$root" archive "$commit" | tar -x -m -C "$src"
+    # Cargo judges path crates fresh by mtime, so the export must not look older than the last
+    # build: clonestage's own crates (and the wrapper) get mtimes of now and compile every run;
+    # the rest of the tree (the vendored h2, a path crate too) keeps the commit's mtimes while
+    # the commit is the one last built here, and gets now when it is another, so a different
+    # tree never ships the last build's binaries. crates.io dependencies are reused.
+    git -C "$root" archive "$commit" | tar -x -C "$src"
+    if [ "$(cat "$target_dir/commit" 2>/dev/null)" != "$commit" ]; then
+        find "$src" -exec touch {} +
+        echo "$commit" >"$target_dir/commit"
+    fi
+    find "$src/rust/engine" "$src/rust/server" "$src/rust/cli" "$src/rust/bench" "$src/cc" -exec touch {} +
     cargo_home=${CARGO_HOME:-$HOME/.cargo}
     # Last match wins: the source (inside the target dir) after the target dir.
     export RUSTFLAGS="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$target_dir=/target --remap-path-prefix=$src=/$prefix"
