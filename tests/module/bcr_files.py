@@ -152,27 +152,30 @@ def presubmit_problems(root):
     return out
 
 
-def _load_json(root, name, out):
+def _load_object(root, name, out):
+    """The JSON object .bcr/NAME holds, or None after adding the reason to out."""
     path = os.path.join(root, ".bcr", name)
     if not os.path.isfile(path):
         out.append(f".bcr/{name}: missing")
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            doc = json.load(f)
     except json.JSONDecodeError as e:
         out.append(f".bcr/{name}: not JSON: {e}")
         return None
+    if not isinstance(doc, dict):
+        out.append(f".bcr/{name}: a {type(doc).__name__}, want an object")
+        return None
+    return doc
 
 
 def metadata_problems(root):
     out = []
-    doc = _load_json(root, "metadata.template.json", out)
+    where = ".bcr/metadata.template.json"
+    doc = _load_object(root, "metadata.template.json", out)
     if doc is None:
         return out
-    where = ".bcr/metadata.template.json"
-    if not isinstance(doc, dict):
-        return [f"{where}: a {type(doc).__name__}, want an object"]
     for key in METADATA_REQUIRED:
         if key not in doc:
             out.append(f"{where}: lacks {key!r} (metadata.schema.json requires it)")
@@ -205,12 +208,10 @@ def metadata_problems(root):
 
 def source_problems(root):
     out = []
-    doc = _load_json(root, "source.template.json", out)
+    where = ".bcr/source.template.json"
+    doc = _load_object(root, "source.template.json", out)
     if doc is None:
         return out
-    where = ".bcr/source.template.json"
-    if not isinstance(doc, dict):
-        return [f"{where}: a {type(doc).__name__}, want an object"]
     for key in sorted(set(doc) - SOURCE_KEYS):
         out.append(f"{where}: unknown key {key!r}")
     if doc.get("type", "archive") != "archive":
