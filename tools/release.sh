@@ -145,7 +145,9 @@ build_spawn() { # build_spawn SRC TRIPLE OUT
     for f in "$src"/cc/*.cc; do
         case "$f" in *"$skip") ;; *) srcs+=("$f") ;; esac
     done
-    (cd "$src" && zig c++ -target "$zig_target" -std=c++17 -O2 -Wall -Wextra \
+    # -s: no symbols and no debug map, whose Mach-O N_OSO entries name zig's cache objects and
+    # their mtimes (two runs differed there before).
+    (cd "$src" && zig c++ -target "$zig_target" -std=c++17 -O2 -Wall -Wextra -s \
         "-ffile-prefix-map=$src=/$prefix" -I "$src" -o "$dst" "${srcs[@]}")
 }
 
