@@ -5,6 +5,7 @@
 # .ci/run and tools/demo.sh; developers can run it once too. Rust comes from rustup into
 # ~/.cargo when there is no cargo: callers then `. "$HOME/.cargo/env"`.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 log() { echo "install: $*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -44,6 +45,19 @@ fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
 
+# The Rust toolchains CI checks the workspace with (tests/run.sh): rust/Cargo.toml's
+# rust-version, and the default Rust of the dev rules_rust (MODULE.bazel), which also builds
+# the release archives (tools/release.sh's RUST) for its four targets.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
+release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
+case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
+for tc in "$msrv" "$release_rust"; do
+    rustup toolchain list | grep -q "^$tc-" || rustup toolchain install --profile minimal "$tc"
+done
+for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu x86_64-apple-darwin aarch64-apple-darwin; do
+    rustup +"$release_rust" target list --installed | grep -qx "$t" || rustup target add --toolchain "$release_rust" "$t"
+done
+
 # buildifier from npm (the package ships the binary), into a tools dir outside the repo.
 TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
 if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
@@ -75,18 +89,17 @@ if ! "$TOOLS/bgd-venv/bin/bgd" --help >/dev/null 2>&1; then
     [ -x "$TOOLS/bgd-venv/bin/pip" ] || "$py311" -m venv "$TOOLS/bgd-venv"
     "$TOOLS/bgd-venv/bin/pip" install -q --disable-pip-version-check 'buildgrid==0.4.4' >/dev/null
 fi
-# zig (ziglang from PyPI) in its own venv: cross-links the spawn wrapper for macOS and old
-# glibc (tools/cross/build-spawn.sh). Pinned: a new zig may change the bytes or the default
-# macOS it targets.
-if [ "$("$TOOLS/zig-venv/bin/python" -m ziglang version 2>/dev/null)" != 0.15.2 ]; then
-    log "pip install ziglang==0.15.2 into $TOOLS/zig-venv"
+# cargo-zigbuild and zig (PyPI's ziglang) in a venv there: tools/release.sh cross-builds the
+# prebuilt helpers with them (zig links Mach-O and old-glibc ELF; `zig c++` builds the wrapper).
+# Exact versions: they are part of what makes a release rebuild to the same bytes.
+if ! "$TOOLS/zig-venv/bin/cargo-zigbuild" --version 2>/dev/null | grep -qx 'cargo-zigbuild 0.24.0' ||
+    [ "$("$TOOLS/zig-venv/bin/zig" version 2>/dev/null)" != 0.15.2 ]; then
+    log "pip install ziglang==0.15.2 cargo-zigbuild==0.24.0 into $TOOLS/zig-venv"
     mkdir -p "$TOOLS"
     [ -x "$TOOLS/zig-venv/bin/pip" ] || python3 -m venv "$TOOLS/zig-venv"
-    "$TOOLS/zig-venv/bin/pip" install -q --disable-pip-version-check 'ziglang==0.15.2' >/dev/null
-fi
-if [ ! -x "$TOOLS/zig-venv/bin/zig" ]; then
-    ln -sf "$("$TOOLS/zig-venv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')" \
-        "$TOOLS/zig-venv/bin/zig"
+    "$TOOLS/zig-venv/bin/pip" install -q --disable-pip-version-check 'ziglang==0.15.2' 'cargo-zigbuild==0.24.0' >/dev/null
+    # cargo-zigbuild looks for `zig` on PATH first (else `python3 -m ziglang`, which is slower).
+    ln -sf "$("$TOOLS/zig-venv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')" "$TOOLS/zig-venv/bin/zig"
 fi
 # The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
 if ! cargo fuzz --help >/dev/null 2>&1; then

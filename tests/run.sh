@@ -35,6 +35,18 @@ suite_clippy_hooks() {
     "${CARGO[@]}" clippy -p clonestage-engine -p clonestage --all-targets --features clonestage/fault-injection -- -D warnings
 }
 
+suite_rust_version() {
+    # The lock checks with rust/Cargo.toml's rust-version and with the dev rules_rust's
+    # default Rust (MODULE.bazel, tools/release.sh's RUST), --locked. The second shares the
+    # default target directory's dependencies when stable is that version.
+    local msrv release_rust
+    msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
+    case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
+    release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
+    (cd rust && cargo +"$msrv" check --locked --workspace --target-dir target/msrv)
+    (cd rust && cargo +"$release_rust" check --locked --workspace)
+}
+
 suite_rust_hooks() {
     # Only the tests that need the hooks, in a second build of the engine, server and CLI
     # (deps are shared) that cargo keeps beside the default one; need_helper puts the
@@ -109,6 +121,12 @@ suite_cross_spawn() { bash tools/cross/test.sh; }
 suite_e2e() { need_helper; bash tests/e2e/run.sh; }
 suite_upstream() { need_helper; need_spawn; bash tests/upstream/run.sh; }
 suite_teamrc() { need_helper; need_spawn; bash tests/teamrc/run.sh; }
+suite_release() {
+    # Built once per run into CLONESTAGE_RELEASE_OUT: tests/consumer's prebuilt path installs
+    # from the same archives (alone, it cross-builds the host's archive itself).
+    bash tests/module/release_binaries_test.sh "$CLONESTAGE_RELEASE_OUT"
+}
+
 suite_consumer() { bash tests/consumer/run.sh; }
 suite_reliability() { need_helper; bash tests/reliability/run.sh; }
 
@@ -118,6 +136,7 @@ SUITES=(
     "clippy|quick full|clippy for Linux, all targets"
     "clippy_macos|full|clippy for aarch64-apple-darwin: the macOS code type-checked and linted, not run"
     "clippy_hooks|full|clippy with the fault-injection hooks on"
+    "rust_version|full|cargo check --locked with rust-version's Rust and with the dev rules_rust's default Rust"
     "rust_hooks|full|the tests that need the fault-injection hooks (a failed stage leaves nothing behind)"
     "rust|quick full|cargo test: engine, server, CLI, bench (XFS/btrfs/ext4 on the loop mounts)"
     "transport|full|grpcio over the unix socket with each :authority form; another uid refused"
@@ -134,7 +153,8 @@ SUITES=(
     "e2e|full|Bazel 4.2.3 through clonestage serve (tests/e2e, examples/swiftlike)"
     "upstream|full|a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying"
     "teamrc|full|a team's .bazelrc: a dead --remote_cache, a --disk_cache, worker-style --strategy lines"
-    "consumer|full|the adoption paths in fresh workspaces outside the repository"
+    "release|full|the prebuilt helpers for four platforms (tools/release.sh): Mach-O minos 12.0, ELF glibc <= 2.17, the same bytes twice"
+    "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
     "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases"
 )
 
@@ -180,6 +200,11 @@ if [ -z "${CLONESTAGE_TEST_XFS:-}" ] && [ "$(id -u)" = 0 ]; then
     mounts=$(bash .ci/mount-cow.sh) || { echo "tests/run.sh: .ci/mount-cow.sh failed" >&2; exit 1; }
     eval "$mounts"
 fi
+
+# The release suite's archives, for the consumer suite after it.
+CLONESTAGE_RELEASE_OUT=$(mktemp -d)
+export CLONESTAGE_RELEASE_OUT
+trap 'rm -rf "$CLONESTAGE_RELEASE_OUT"' EXIT
 
 # --- run each, keep going, then one table -----------------------------------------------------
 results=()
