@@ -1,8 +1,9 @@
 //! What the execution service owns: its operations (`operations`), the `--jobs` slots, the
 //! wrappers started ahead of time (`prespawn`), the janitor that removes finished work dirs
-//! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple environment (`apple_env`), the spawn wrapper's path and the worker
-//! name (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server reads how
-//! busy it is through `activity::Activity`, and stops it at shutdown (`hurry`, `close`).
+//! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple
+//! environment (`apple_env`), the spawn wrapper's path and the worker name
+//! (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server reads how busy it
+//! is through `activity::Activity`, and stops it at shutdown (`hurry`, `close`).
 
 use super::apple_env::AppleEnv;
 use super::janitor::Janitor;
@@ -45,15 +46,22 @@ fn prespawn_size(jobs: usize) -> usize {
 }
 
 impl ExecState {
-    /// `id` prefixes operation names (unique per server start); work dirs go in `work_base`.
-    pub fn new(spawn: PathBuf, jobs: usize, id: String, work_base: PathBuf) -> ExecState {
+    /// `id` prefixes operation names (unique per server start); work dirs go in `work_base`,
+    /// and those made ahead are filled in `work_making` first.
+    pub fn new(
+        spawn: PathBuf,
+        jobs: usize,
+        id: String,
+        work_base: PathBuf,
+        work_making: PathBuf,
+    ) -> ExecState {
         ExecState {
             ops: Operations::new(id),
             jobs: Arc::new(Semaphore::new(jobs.max(1))),
             prespawn: Pool::start(&spawn, prespawn_size(jobs)),
             janitor: Arc::new(Janitor::default()),
             // As many as can start at once.
-            ready_dirs: Arc::new(Ready::new(work_base, jobs.clamp(1, 8))),
+            ready_dirs: Arc::new(Ready::new(work_base, work_making, jobs.clamp(1, 8))),
             apple: AppleEnv::for_this_host(),
             spawn,
             worker: format!("clonestage@{}", hostname()),

@@ -275,12 +275,12 @@ mod tests {
     #[test]
     fn janitor_keeps_work_dirs_ready_and_removes_them_at_shutdown() {
         let d = tempfile::tempdir().unwrap();
-        let ready = Arc::new(Ready::new(d.path().to_path_buf(), 2));
+        let ready = Arc::new(super::super::workdir::tests::ready_in(d.path(), 2));
         let j = Arc::new(Janitor::default());
         j.set_ready(ready.clone());
         // One action runs: ready dirs are made anyway (they are cheap and due next).
         j.spawn(|| Some(1)).unwrap();
-        let count = || std::fs::read_dir(d.path()).unwrap().count();
+        let count = || std::fs::read_dir(d.path().join("work")).unwrap().count();
         let t0 = std::time::Instant::now();
         while (count() < 2 || j.pending() > 0) && t0.elapsed() < std::time::Duration::from_secs(10)
         {
