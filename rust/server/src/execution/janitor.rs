@@ -6,7 +6,7 @@
 //! copies the pool wants (the hook `set_builder`). It keeps a few work dirs ready for the next
 //! actions (`workdir::Ready`, the hook `set_ready`), and removes them when the server ends.
 
-use super::workdir::{remove, Ready};
+use super::workdir::{detach_mounts, remove, Ready};
 use clonestage_engine::stage::{Loan, Pool};
 use clonestage_engine::Cache;
 use std::path::PathBuf;
@@ -103,9 +103,18 @@ impl Janitor {
         };
         let t0 = std::time::Instant::now();
         let n = r.loans.len();
+        // The proof reads the copies themselves, not what an action mounted over them; with a
+        // mount that stays, none goes back (it could carry the mount into the pool).
+        let detached = detach_mounts(&dir);
+        if let Err(e) = &detached {
+            tracing::error!(error = %e, "cannot detach an action's mounts; its pooled copies are discarded");
+        }
         for l in r.loans {
             // Discards are counted and logged by the pool; the copy stays in `dir`.
-            let _ = r.pool.recycle(&r.cache, &r.root, l);
+            match &detached {
+                Ok(()) => drop(r.pool.recycle(&r.cache, &r.root, l)),
+                Err(_) => r.pool.abandon(l),
+            }
         }
         tracing::debug!(
             copies = n,

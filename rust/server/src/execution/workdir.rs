@@ -152,12 +152,31 @@ impl Ready {
     }
 }
 
-/// Remove a work dir: the engine's `remove_tree`, which works relative to directory fds with
-/// the types readdir gives (one `unlinkat` per file, no lstat, no path walks), makes a
-/// read-only (0o555) staged directory writable only when an unlink in it is refused, never
-/// follows a symlink, and removes trees of any depth (a killed server's leftovers included).
+/// Remove a work dir: first detach what an action mounted in it (`detach_mounts`), then the
+/// engine's `remove_tree`, which works relative to directory fds with the types readdir gives
+/// (one `unlinkat` per file, no lstat, no path walks), makes a read-only (0o555) staged
+/// directory writable only when an unlink in it is refused, never follows a symlink, and
+/// removes trees of any depth (a killed server's leftovers included).
 pub(crate) fn remove(path: &Path) -> Result<(), clonestage_engine::Error> {
+    detach_mounts(path)?;
     clonestage_engine::remove::remove_tree(path)
+}
+
+/// Detach the mounts an action (as root) left at or below `dir` (issue 23 item 5): otherwise
+/// its mount point cannot be removed (EBUSY) and the work dir leaks, and a bind-mounted
+/// directory from outside the root would be emptied by the removal. Lazily on Linux, by force
+/// on macOS (`clonestage_engine::platform::mounts`). Also before a finished action's pooled
+/// copies are proven, so the proof reads the copy, not what was mounted over it.
+pub(crate) fn detach_mounts(dir: &Path) -> Result<(), clonestage_engine::Error> {
+    use clonestage_engine::platform::mounts;
+    match mounts::detach_under(dir) {
+        Ok(0) => Ok(()),
+        Ok(n) => {
+            tracing::warn!(path = %dir.display(), mounts = n, "an action left mounts in its work dir; detached them");
+            Ok(())
+        }
+        Err(e) => Err(clonestage_engine::Error::io("detach mounts under", dir, e)),
+    }
 }
 
 /// Remove everything under `base` (leftovers of an earlier server). Returns how many entries.
@@ -167,7 +186,7 @@ pub(crate) fn sweep(base: &Path) -> usize {
     };
     let mut n = 0;
     for e in rd.flatten() {
-        match clonestage_engine::remove::remove_tree(&e.path()) {
+        match remove(&e.path()) {
             Ok(()) => n += 1,
             Err(err) => {
                 tracing::warn!(path = %e.path().display(), error = %err, "cannot sweep leftover work dir")
@@ -274,6 +293,60 @@ pub(crate) mod tests {
                 "all removed from {sub}"
             );
         }
+    }
+
+    fn mount(args: &[&str], at: &Path) {
+        let st = std::process::Command::new("mount")
+            .args(args)
+            .arg(at)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount {args:?} {}", at.display());
+    }
+
+    /// Issue 23 item 5: an action running as root mounts a tmpfs over part of its root, and
+    /// binds a directory from outside it. The work dir goes anyway (the tmpfs was EBUSY to
+    /// rmdir, and the dir leaked), and what the bind showed from outside is left alone (the
+    /// removal went into it and emptied it).
+    #[test]
+    fn mounts_an_action_left_are_detached_and_what_they_show_is_left_alone() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: mounting needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"k").unwrap();
+        let w = d.path().join("w");
+        for sub in ["root/sdk/include", "root/bound"] {
+            std::fs::create_dir_all(w.join(sub)).unwrap();
+        }
+        std::fs::write(w.join("root/sdk/include/f.h"), b"h").unwrap();
+        mount(&["-t", "tmpfs", "cs-workdir-test"], &w.join("root/sdk"));
+        std::fs::write(w.join("root/sdk/in-tmpfs"), b"t").unwrap();
+        // Stacked twice on one point.
+        mount(&["-t", "tmpfs", "cs-workdir-test"], &w.join("root/sdk"));
+        let bind = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(&outside)
+            .arg(w.join("root/bound"))
+            .status()
+            .unwrap();
+        assert!(bind.success());
+        let left = || clonestage_engine::platform::mounts::under(d.path()).unwrap();
+        assert_eq!(left().len(), 3, "{:?}", left());
+        let r = remove(&w);
+        // Never leave a mount behind, whatever the outcome.
+        for m in left() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&m)
+                .status();
+        }
+        r.unwrap();
+        assert!(!w.exists(), "the work dir leaked");
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"k");
     }
 
     #[test]
