@@ -1,9 +1,10 @@
 //! What the execution service owns: its operations (`operations`), the `--jobs` slots, the
 //! wrappers started ahead of time (`prespawn`), the janitor that removes finished work dirs
 //! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple
-//! environment (`apple_env`), the spawn wrapper's path and the worker name
-//! (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server reads how busy it
-//! is through `activity::Activity`, and stops it at shutdown (`hurry`, `close`).
+//! environment (`apple_env`), every action's TMPDIR (`tmpdir`), the spawn wrapper's path and
+//! the worker name (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server
+//! reads how busy it is through `activity::Activity`, and stops it at shutdown (`hurry`,
+//! `close`).
 
 use super::apple_env::AppleEnv;
 use super::janitor::Janitor;
@@ -25,8 +26,10 @@ pub(crate) struct ExecState {
     pub janitor: Arc<Janitor>,
     /// Work dirs made ahead of time (by the janitor).
     pub ready_dirs: Arc<Ready>,
-    /// DEVELOPER_DIR/SDKROOT/TMPDIR for Apple actions (`apple_env`).
+    /// DEVELOPER_DIR/SDKROOT for Apple actions (`apple_env`).
     pub apple: AppleEnv,
+    /// Every action's TMPDIR (`tmpdir`): the server's own, or /tmp.
+    pub tmpdir: String,
     /// The `clonestage-spawn` wrapper.
     pub spawn: PathBuf,
     /// `ExecutedActionMetadata.worker`.
@@ -63,6 +66,7 @@ impl ExecState {
             // As many as can start at once.
             ready_dirs: Arc::new(Ready::new(work_base, work_making, jobs.clamp(1, 8))),
             apple: AppleEnv::for_this_host(),
+            tmpdir: super::tmpdir::of_this_process(),
             spawn,
             worker: format!("clonestage@{}", hostname()),
         }
