@@ -16,9 +16,12 @@
 //!   call if the OS can, relative to its parent's fd.
 //! - `rename_noreplace_at(from_dir, from, to_dir, to)`: atomic rename that fails with EEXIST
 //!   instead of replacing (`rename_noreplace` below is its path form).
+//!
+//! Mount points below a directory, and detaching them, are `mounts` (a per-OS pair of its own).
 
 mod dir;
 mod lock;
+pub mod mounts;
 pub use dir::{
     copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, open_read_at, stat_at, Dir,
 };

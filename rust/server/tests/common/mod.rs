@@ -435,8 +435,16 @@ pub async fn work_entries_after_cleanup(cache: &Path) -> Vec<String> {
     used_work_entries(cache)
 }
 
-/// Entries of `<cache>/work/` other than ready work dirs.
+/// Entries of `<cache>/work/` other than the work dirs this process's server keeps ready:
+/// named `<our pid>-<n>` and holding exactly an empty stdout and stderr. (The server fills
+/// them in `<cache>/work-making/` and renames them in whole, so one being made is not here; one
+/// a killed server left is another pid's and counts.)
 pub fn used_work_entries(cache: &Path) -> Vec<String> {
+    let ours = |n: &str| {
+        n.split_once('-').is_some_and(|(pid, seq)| {
+            pid == std::process::id().to_string() && seq.parse::<u64>().is_ok()
+        })
+    };
     let ready = |p: &Path| {
         let mut names: Vec<String> = match std::fs::read_dir(p) {
             Ok(rd) => rd
@@ -451,7 +459,7 @@ pub fn used_work_entries(cache: &Path) -> Vec<String> {
     };
     work_entries(cache)
         .into_iter()
-        .filter(|n| !ready(&cache.join("work").join(n)))
+        .filter(|n| !(ours(n) && ready(&cache.join("work").join(n))))
         .collect()
 }
 
