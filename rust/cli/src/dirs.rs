@@ -73,6 +73,16 @@ pub fn version_home_for(env: Env, dirs: &UserDirs, version: &str) -> anyhow::Res
     Ok(data.join("clonestage").join(version).join("bin"))
 }
 
+/// Creates `dir` and its missing parents, each 0700: the cache and the launcher's files hold
+/// every input and output that goes through clonestage.
+pub fn create_private(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// The value as a path when it is absolute.
 pub fn absolute(v: Option<OsString>) -> Option<PathBuf> {
     v.map(PathBuf::from).filter(|p| p.is_absolute())

@@ -21,7 +21,6 @@ use crate::launch::upstream::{self, Settings};
 use clonestage_engine::platform::{open_lock, try_lock, LockMode};
 use clonestage_server::RunningServer;
 use std::ffi::OsString;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -57,10 +56,7 @@ pub fn ensure(s: &Start, say: &mut dyn FnMut(String)) -> Result<RunningServer, P
     }
     let launcher = s.cache.join("launcher");
     for dir in [s.cache, launcher.as_path()] {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
+        crate::dirs::create_private(dir)
             .map_err(|e| Problem::new(format!("cannot create {}: {e}", dir.display())))?;
     }
     let lock_path = launcher.join("lock");

@@ -104,9 +104,7 @@ pub fn launch(a: LaunchArgs) -> ExitCode {
             exec(&a.bazel, args)
         }
         Err(StandAside { line, quote_log }) => {
-            if let Some(line) = line {
-                say(&line);
-            }
+            say(&line);
             if let Some(log) = quote_log {
                 for l in ensure_server::last_lines(&log, 4) {
                     say(&format!("  | {l}"));
@@ -117,15 +115,15 @@ pub fn launch(a: LaunchArgs) -> ExitCode {
     }
 }
 
-/// Why the launcher adds nothing: the line to say (None: quietly) and a log to quote.
+/// Why the launcher adds nothing (one line) and a log to quote.
 struct StandAside {
-    line: Option<String>,
+    line: String,
     quote_log: Option<PathBuf>,
 }
 
 fn aside(line: String) -> StandAside {
     StandAside {
-        line: Some(line),
+        line,
         quote_log: None,
     }
 }
@@ -161,7 +159,7 @@ fn plan(a: &LaunchArgs, cl: &CommandLine, env: Env) -> Result<PathBuf, StandAsid
         env,
     };
     let server = ensure_server::ensure(&start, &mut |l| say(&l)).map_err(|p| StandAside {
-        line: Some(give_up(&p.line)),
+        line: give_up(&p.line),
         quote_log: p.quote_log,
     })?;
     if let Some(line) = upstream::check_running(&cache, &upstream) {

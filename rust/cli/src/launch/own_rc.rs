@@ -28,7 +28,7 @@ use crate::bazel::{settings, Version};
 use crate::launch::transport::Transport;
 use clonestage_server::RunningServer;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The file's text for `server`, `transport` and Bazel `version`.
@@ -79,10 +79,7 @@ pub fn ensure(path: &Path, text: &str) -> Result<(), String> {
 
 fn write(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().expect("the rc file is in a directory");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    crate::dirs::create_private(dir)?;
     let tmp = dir.join(format!(".tmp.{}", std::process::id()));
     let r = (|| {
         let mut f = std::fs::OpenOptions::new()

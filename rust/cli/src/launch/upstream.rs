@@ -13,7 +13,6 @@
 
 use crate::dirs::{self, Env};
 use std::ffi::OsString;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// The keys `clonestage serve` reads from its environment.
@@ -209,10 +208,7 @@ pub fn check_running(cache: &Path, settings: &Settings) -> Option<String> {
         return None;
     }
     // A server started by hand: the launcher directory may not exist yet.
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(cache.join("launcher"));
+    let _ = dirs::create_private(&cache.join("launcher"));
     let _ = std::fs::write(&warned, mark);
     Some(msg)
 }
