@@ -84,7 +84,7 @@ rm -rf "$fresh_cargo_home"
 bash tests/module/h2_bazel_patch_test.sh
 bash tests/module/release_test.sh
 
-step "launcher (tools/bazel) against stub clonestage and bazel"
+step "launcher: the POSIX shim tools/bazel and clonestage launch (the release binary) against a stub Bazel (tests/launcher)"
 bash tests/launcher/run.sh
 
 step "secrets: another uid against a TCP build through the launcher, and a restart (tests/secrets)"
@@ -103,7 +103,7 @@ bash tests/e2e/run.sh
 step "upstream: a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying (tests/upstream, ~3.5 min)"
 bash tests/upstream/run.sh
 
-step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, then --config=clonestage (tests/teamrc, Bazel 4.2.3, ~45 s)"
+step "team settings: a .bazelrc with a dead --remote_cache, a --disk_cache and worker-style --strategy lines, through the launcher, without it, standing aside, every command kind (tests/teamrc, Bazel 4.2.3)"
 bash tests/teamrc/run.sh
 step "consumer: the adoption paths in fresh workspaces outside the repository (tests/consumer: bazel run @clonestage//:install with a cold cargo build, then the README's without-the-module path)"
 bash tests/consumer/run.sh
