@@ -1,10 +1,16 @@
 //! `clonestage`: the command line over the staging engine and the local REAPI endpoint.
-//! Flags are defined once here with their docs; each command lives in `commands/`.
+//! Flags are defined once here with their docs; each command lives in `commands/`, the
+//! launcher behind tools/bazel in `launch/`, what it knows of Bazel in `bazel/`, and where a
+//! user's files go in `dirs`.
 
+mod bazel;
 mod commands;
+mod dirs;
+mod launch;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use clonestage_engine::stage::TreeLimits;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,7 +21,8 @@ use std::process::ExitCode;
     about = "Stage Bazel action inputs by clonefile/reflink/hardlink from a local cache"
 )]
 struct Cli {
-    /// Cache directory [default: $CLONESTAGE_CACHE, else ~/.cache/clonestage, ~/Library/Caches/clonestage on macOS]
+    /// Cache directory [default: $CLONESTAGE_CACHE, else $XDG_CACHE_HOME/clonestage (Linux, when
+    /// absolute), else ~/.cache/clonestage, or ~/Library/Caches/clonestage on macOS]
     #[arg(long, global = true, value_name = "DIR")]
     cache: Option<PathBuf>,
     #[command(subcommand)]
@@ -172,15 +179,24 @@ enum Cmd {
     Status,
     /// Copy this binary and the spawn wrapper (atomically, 0755) into the per-version home
     /// `<data>/clonestage/<version>/bin/` where tools/bazel looks first; print the directory.
-    SelfInstall {
-        /// The clonestage-spawn wrapper to install beside this binary (an executable file).
+    /// With --launcher, also install clonestage into a workspace (`bazel run
+    /// @clonestage//:install` runs this): tools/bazel, tools/clonestage.bazelrc and the
+    /// `.bazelrc` line that imports it.
+    SelfInstall(commands::SelfInstallArgs),
+    /// Run Bazel through clonestage: what tools/bazel execs. For a command that builds, start
+    /// the server if it is not up, then exec the real Bazel with clonestage's rc file (the
+    /// executor and settings for that Bazel release); every other command, and every command
+    /// clonestage cannot serve (said in one line), runs Bazel untouched.
+    Launch {
+        /// The real Bazel binary.
         #[arg(long, value_name = "PATH")]
-        spawn: PathBuf,
-        /// Install here instead [default: $XDG_DATA_HOME (if absolute), else
-        /// ~/.local/share (Linux) or ~/Library/Application Support (macOS), then
-        /// clonestage/<version>/bin].
+        bazel: PathBuf,
+        /// The workspace whose tools/bazel ran (its .bazelrc and .bazelversion are read).
         #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
+        workspace: PathBuf,
+        /// Bazel's arguments, verbatim (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
 }
 
@@ -193,9 +209,30 @@ enum Method {
 }
 
 fn main() -> ExitCode {
+    // tools/bazel runs this before every Bazel command, always in one form: read it without
+    // building the whole command line (clap still parses any other form of `launch`).
+    if let Some(a) = launch::LaunchArgs::from_shim(std::env::args_os()) {
+        return launch::launch(a);
+    }
     let cli = Cli::parse();
+    // The launcher runs before every Bazel command: no logging setup on its path.
+    let cmd = match cli.cmd {
+        Cmd::Launch {
+            bazel,
+            workspace,
+            args,
+        } => {
+            return launch::launch(launch::LaunchArgs {
+                bazel,
+                workspace,
+                cache: cli.cache,
+                args,
+            })
+        }
+        other => other,
+    };
     // The server logs its readiness and each failure; one-shot commands only warnings.
-    let default_level = if matches!(cli.cmd, Cmd::Serve { .. }) {
+    let default_level = if matches!(cmd, Cmd::Serve { .. }) {
         "info"
     } else {
         "warn"
@@ -207,7 +244,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    if !matches!(cli.cmd, Cmd::Serve { .. } | Cmd::Bench(_)) {
+    if !matches!(cmd, Cmd::Serve { .. } | Cmd::Bench(_)) {
         // A one-shot command's report piped into `head` must end it quietly, as it does any
         // Unix tool, not panic on EPIPE (Rust ignores SIGPIPE by default). The server and
         // the bench keep ignoring it: they write to sockets and pipes of their own.
@@ -216,8 +253,8 @@ fn main() -> ExitCode {
     let cache = cli
         .cache
         .clone()
-        .unwrap_or_else(clonestage_engine::default_cache_dir);
-    let r = match cli.cmd {
+        .unwrap_or_else(|| dirs::cache_dir(&dirs::process_env));
+    let r = match cmd {
         Cmd::Ingest {
             path,
             all_executable,
@@ -319,7 +356,8 @@ fn main() -> ExitCode {
         ),
         Cmd::Status => commands::status(&cache),
         Cmd::Bench(args) => clonestage_bench::run(&args).map(|_| ExitCode::SUCCESS),
-        Cmd::SelfInstall { spawn, dir } => commands::self_install(&spawn, dir.as_deref()),
+        Cmd::SelfInstall(args) => commands::self_install(&args),
+        Cmd::Launch { .. } => unreachable!("handled before logging is set up"),
     };
     match r {
         Ok(code) => code,

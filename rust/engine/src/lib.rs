@@ -25,20 +25,3 @@ pub use digest::Digest;
 pub use error::{Error, ErrorClass, Result};
 pub use ledger::Ledger;
 pub use stage::{MethodPreference, StageRequest, StagedRoot, Stager};
-
-/// The cache directory when none is given: `$CLONESTAGE_CACHE`, else the platform's cache dir.
-pub fn default_cache_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("CLONESTAGE_CACHE").filter(|d| !d.is_empty()) {
-        return d.into();
-    }
-    let home = std::env::var_os("HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "/tmp".into());
-    if cfg!(target_os = "macos") {
-        home.join("Library/Caches/clonestage")
-    } else if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        std::path::PathBuf::from(x).join("clonestage")
-    } else {
-        home.join(".cache/clonestage")
-    }
-}

@@ -41,6 +41,7 @@ pub use auth::TOKEN_HEADER;
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
 pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
+pub use listen::unix_target;
 pub use server::{start, ServerHandle, DRAIN_GRACE};
 pub use server_counters::{stage_percentiles, STAGE_BUCKETS_US};
 pub use stop::{stop, Stopped};

@@ -1,6 +1,6 @@
 //! One function per subcommand. They open the cache, call the engine, and print; exit codes:
 //! 0 success, 1 failure (message on stderr), 2 `address --for-bazel` with a version naming no
-//! release or a refused `self-install --spawn`, 3 `address`/`status`/`stop` with no server
+//! release or refused `self-install` arguments, 3 `address`/`status`/`stop` with no server
 //! running, 4 `address --same-version` finding a server of another version.
 
 mod address;
@@ -10,7 +10,7 @@ mod stats;
 mod status;
 
 pub use address::{address, AddressMode};
-pub use self_install::self_install;
+pub use self_install::{self_install, SelfInstallArgs};
 pub use stage::{stage, StageArgs};
 pub use stats::stats;
 pub use status::status;
