@@ -11,6 +11,10 @@ use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "reflink";
 
+/// How old a hardlink must be before anything may run through it. Linux checks no code
+/// signature at exec, so a link made a moment ago runs like any other path.
+pub const MIN_EXEC_LINK_AGE: std::time::Duration = std::time::Duration::ZERO;
+
 // <linux/btrfs.h>: _IOW(0x94, nr, struct btrfs_ioctl_vol_args) with sizeof == 4096.
 const BTRFS_IOC_SNAP_CREATE: libc::c_ulong = 0x5000_9401;
 const BTRFS_IOC_SUBVOL_CREATE: libc::c_ulong = 0x5000_940e;

@@ -16,6 +16,7 @@
 //!   call if the OS can, relative to its parent's fd.
 //! - `rename_noreplace_at(from_dir, from, to_dir, to)`: atomic rename that fails with EEXIST
 //!   instead of replacing (`rename_noreplace` below is its path form).
+//! - `MIN_EXEC_LINK_AGE`: how old a hardlink must be before anything runs through it.
 
 mod dir;
 mod lock;
@@ -34,6 +35,7 @@ mod imp;
 pub use imp::{
     clone_file, clone_file_at, clone_tree, filesystem_name, new_tree_container,
     remove_tree_container_at, rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
+    MIN_EXEC_LINK_AGE,
 };
 
 use std::io;
