@@ -50,6 +50,8 @@ enum Cmd {
         /// Print the stage's own counters as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        code: CodeArgs,
     },
     /// Show counters kept across processes (per method, subtree cache, fallbacks, staging time).
     Stats {
@@ -124,6 +126,8 @@ enum Cmd {
         #[arg(long, env = "CLONESTAGE_POOL_COPIES",
               default_value_t = clonestage_engine::stage::PoolBounds::default().copies)]
         pool_copies: usize,
+        #[command(flatten)]
+        code: CodeArgs,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -172,6 +176,33 @@ enum Cmd {
     },
 }
 
+/// `--preserve-inodes` and `--macho-link-age-ms`, for `stage` and `serve`.
+#[derive(clap::Args)]
+struct CodeArgs {
+    /// macho: Mach-O executables, dylibs and plugins are staged as hardlinks to the cache's
+    /// inode even where clones exist (macOS verifies code per inode: a clone is verified again
+    /// in every action); none: every input is cloned there. `clonestage doctor` says which
+    /// wins on this machine.
+    #[arg(long, env = "CLONESTAGE_PRESERVE_INODES", default_value = "none",
+          value_parser = clonestage_engine::stage::PreserveInodes::parse)]
+    preserve_inodes: clonestage_engine::stage::PreserveInodes,
+    /// How old (milliseconds) a hardlink must be before an action may run through it; younger
+    /// links come only from the pool's ready copies, made ahead (macOS SIGKILLs some execs of
+    /// fresh links) [default: 2000 on macOS, 0 on Linux].
+    #[arg(long, env = "CLONESTAGE_MACHO_LINK_AGE_MS", value_name = "MS")]
+    macho_link_age_ms: Option<u64>,
+}
+
+impl CodeArgs {
+    fn policy(&self) -> clonestage_engine::stage::CodePolicy {
+        let p = clonestage_engine::stage::CodePolicy::new(self.preserve_inodes);
+        match self.macho_link_age_ms {
+            Some(ms) => p.with_min_link_age(std::time::Duration::from_millis(ms)),
+            None => p,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Method {
     Auto,
@@ -218,6 +249,7 @@ fn main() -> ExitCode {
             allow_absolute_symlinks,
             allow_escaping_symlinks,
             json,
+            code,
         } => commands::stage(
             &cache,
             commands::StageArgs {
@@ -235,6 +267,7 @@ fn main() -> ExitCode {
                     allow_escaping: allow_escaping_symlinks,
                 },
                 json,
+                code: code.policy(),
             },
         ),
         Cmd::Stats { json } => commands::stats(&cache, json),
@@ -258,6 +291,7 @@ fn main() -> ExitCode {
             upstream_timeout_ms,
             upstream_queue_max,
             pool_copies,
+            code,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -286,6 +320,7 @@ fn main() -> ExitCode {
                 }
             }),
             pool_copies,
+            code: code.policy(),
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {

@@ -81,6 +81,9 @@ pub struct ServeOptions {
     /// Ready copies of hot input subtrees kept in `<cache>/pool/` (`--pool-copies`); 0: no
     /// pool.
     pub pool_copies: usize,
+    /// `--preserve-inodes` and `--macho-link-age-ms`: Mach-O code inputs as links to the
+    /// cache's inodes (the engine's `stage::code_links`).
+    pub code: clonestage_engine::stage::CodePolicy,
 }
 
 /// Upload entries waiting in the cache's upstream queue (`clonestage stats`'s

@@ -168,6 +168,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         exec.clone(),
         opts.upstream.clone(),
         opts.pool_copies,
+        opts.code,
     )?);
     match &state.upstream {
         Some(up) => {
