@@ -4,10 +4,11 @@
 # build with the cargo feature; the default build, without hooks, then replaces
 # target/release/clonestage), the engine and CLI tests (the XFS/btrfs/ext4 ones on
 # the loop mounts of .ci/mount-cow.sh, mounted here when run as root), the unix socket, the Xcode
-# environment and zstd compression with independent clients, the static layout and module checks, the
-# launcher, the token against another uid, the C++ spawn wrapper's googletest suite under Bazel
-# (tests/cc), the end-to-end tests in tests/e2e, the team-settings workspace in tests/teamrc, the
-# adoption paths in tests/consumer and the reliability suite in tests/reliability.
+# environment and zstd compression with independent clients, `clonestage doctor` on this
+# machine (tests/doctor), the static layout and module checks, the launcher, the token against
+# another uid, the C++ spawn wrapper's googletest suite under Bazel (tests/cc), the end-to-end
+# tests in tests/e2e, the team-settings workspace in tests/teamrc, the adoption paths in
+# tests/consumer and the reliability suite in tests/reliability.
 #
 # Needs the tools from .ci/install.sh. Each step prints its name; the first failure stops it.
 set -euo pipefail
@@ -53,6 +54,9 @@ bash tests/xcode/run.sh
 
 step "compression: zstd compressed-blobs, capabilities, BLAKE3 refused (grpcio + zstandard; tests/compression)"
 bash tests/compression/run.sh
+
+step "doctor: clonestage doctor --json with a cache on XFS and Bazel 4.2.3, and its failure paths (tests/doctor, ~1.5 min)"
+bash tests/doctor/run.sh
 
 step "buildifier"
 if [ ! -x "$BUILDIFIER" ]; then

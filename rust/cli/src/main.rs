@@ -159,6 +159,22 @@ enum Cmd {
         #[arg(long, value_name = "VERSION")]
         for_bazel: Option<String>,
     },
+    /// Check this machine for clonestage (run it first on a Mac): the cache's filesystem, a
+    /// trial stage against the permission contract, running staged executables by clone and
+    /// by hardlink, the workspace's Xcode routing, the server, a tiny build with your Bazel
+    /// through it, the Apple environment. Exit 1 if any check fails.
+    Doctor {
+        /// The Bazel to build with [default: bazel on PATH].
+        #[arg(long, value_name = "PATH")]
+        bazel: Option<PathBuf>,
+        /// {"version", "checks": [{"name", "status": pass|fail|skip, "detail", "ms"}]}.
+        #[arg(long)]
+        json: bool,
+        /// Runs per kind of staged executable in the exec check [default: 300 on macOS, 20 on
+        /// Linux].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        exec_runs: Option<u32>,
+    },
     /// Whether a server is up for the cache (pid, version, socket, TCP port; never the
     /// token), the cache's filesystem, and how and why it stages there (exit 0 up, 3 down).
     Status,
@@ -339,6 +355,16 @@ fn main() -> ExitCode {
             same_version,
         ),
         Cmd::Status => commands::status(&cache),
+        Cmd::Doctor {
+            bazel,
+            json,
+            exec_runs,
+        } => commands::doctor(commands::DoctorArgs {
+            cache: cache.clone(),
+            bazel,
+            json,
+            exec_runs,
+        }),
         Cmd::Bench(args) => clonestage_bench::run(&args).map(|_| ExitCode::SUCCESS),
         Cmd::SelfInstall { spawn, dir } => commands::self_install(&spawn, dir.as_deref()),
     };

@@ -90,7 +90,7 @@ fn rc_line(cache: &Path, major: u32) -> anyhow::Result<Vec<String>> {
 /// The major release in what `bazel --version` (`bazel 7.4.1`), `bazel info release`
 /// (`release 7.4.1`), .bazelversion or a person writes (`7`, `6.5.0rc2`, `8.x`). Development
 /// builds (`bazel no_version`, `development version`) name none.
-fn bazel_major(version: &str) -> Option<u32> {
+pub(crate) fn bazel_major(version: &str) -> Option<u32> {
     let v = version.trim();
     let v = v
         .strip_prefix("bazel ")
