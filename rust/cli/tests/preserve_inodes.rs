@@ -3,21 +3,15 @@
 //! `CLONESTAGE_REQUIRE_FS=1` a missing mount fails): a Mach-O dylib shares the cache's inode
 //! while the rest is reflinked; a minimum link age clones it instead; a bad value is refused.
 
+mod common;
+
+use common::loop_mount;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn xfs() -> Option<PathBuf> {
-    match std::env::var_os("CLONESTAGE_TEST_XFS") {
-        Some(p) if !p.is_empty() => Some(p.into()),
-        _ if std::env::var("CLONESTAGE_REQUIRE_FS").as_deref() == Ok("1") => {
-            panic!("CLONESTAGE_TEST_XFS is not set but CLONESTAGE_REQUIRE_FS=1")
-        }
-        _ => {
-            eprintln!("SKIP: CLONESTAGE_TEST_XFS not set (run .ci/mount-cow.sh as root)");
-            None
-        }
-    }
+    loop_mount("CLONESTAGE_TEST_XFS")
 }
 
 fn cs(cache: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
