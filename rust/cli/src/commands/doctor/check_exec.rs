@@ -131,7 +131,13 @@ fn measure(
         &std::fs::read(&me).map_err(|e| format!("read {}: {e}", me.display()))?,
     ));
     let n = ctx.exec_runs.max(1);
-    let min_age = CodePolicy::new(PreserveInodes::Macho).min_link_age;
+    // The age the server would use: CLONESTAGE_MACHO_LINK_AGE_MS as `serve` reads it, else
+    // the platform's.
+    let min_age = std::env::var("CLONESTAGE_MACHO_LINK_AGE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(CodePolicy::new(PreserveInodes::Macho).min_link_age);
 
     let mut warm = Runs::default();
     warm.exec(&target);
