@@ -120,6 +120,7 @@ suite_cc() {
 suite_cross_spawn() { bash tools/cross/test.sh; }
 
 suite_e2e() { need_helper; bash tests/e2e/run.sh; }
+suite_doctor() { need_helper; bash tests/doctor/run.sh; }
 suite_upstream() { need_helper; need_spawn; bash tests/upstream/run.sh; }
 suite_teamrc() { need_helper; need_spawn; bash tests/teamrc/run.sh; }
 suite_release() {
@@ -143,6 +144,7 @@ SUITES=(
     "transport|full|grpcio over the unix socket with each :authority form; another uid refused"
     "xcode|full|the Apple environment (DEVELOPER_DIR/SDKROOT) through Bazel 4.2.3 on stub Xcode tools"
     "compression|full|zstd compressed-blobs, capabilities, BLAKE3 refused (grpcio + zstandard)"
+    "doctor|full|clonestage doctor --json with a cache on XFS and Bazel 4.2.3, and its failure paths"
     "buildifier|quick full|buildifier on all Starlark"
     "perf_split|quick full|the parser that splits an action's extra time between Bazel and clonestage"
     "layout|quick full|import cycles, reach-ins, long files, repeated names, a //! doc on every file"

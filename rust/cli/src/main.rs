@@ -57,6 +57,8 @@ enum Cmd {
         /// Print the stage's own counters as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        code: CodeArgs,
     },
     /// Show counters kept across processes (per method, subtree cache, fallbacks, staging time).
     Stats {
@@ -143,6 +145,8 @@ enum Cmd {
             value_delimiter = ','
         )]
         shared_dirs: Vec<String>,
+        #[command(flatten)]
+        code: CodeArgs,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -174,6 +178,22 @@ enum Cmd {
         #[arg(long, value_name = "VERSION")]
         for_bazel: Option<String>,
     },
+    /// Check this machine for clonestage (run it first on a Mac): the cache's filesystem, a
+    /// trial stage against the permission contract, running staged executables by clone and
+    /// by hardlink, the workspace's Xcode routing, the server, a tiny build with your Bazel
+    /// through it, the Apple environment. Exit 1 if any check fails.
+    Doctor {
+        /// The Bazel to build with [default: bazel on PATH].
+        #[arg(long, value_name = "PATH")]
+        bazel: Option<PathBuf>,
+        /// {"version", "checks": [{"name", "status": pass|fail|skip, "detail", "ms"}]}.
+        #[arg(long)]
+        json: bool,
+        /// Runs per kind of staged executable in the exec check [default: 300 on macOS, 20 on
+        /// Linux].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        exec_runs: Option<u32>,
+    },
     /// Whether a server is up for the cache (pid, version, socket, TCP port; never the
     /// token), the cache's filesystem, and how and why it stages there (exit 0 up, 3 down).
     Status,
@@ -198,6 +218,33 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+}
+
+/// `--preserve-inodes` and `--macho-link-age-ms`, for `stage` and `serve`.
+#[derive(clap::Args)]
+struct CodeArgs {
+    /// macho: Mach-O executables, dylibs and plugins are staged as hardlinks to the cache's
+    /// inode even where clones exist (macOS verifies code per inode: a clone is verified again
+    /// in every action); none: every input is cloned there. `clonestage doctor` says which
+    /// wins on this machine.
+    #[arg(long, env = "CLONESTAGE_PRESERVE_INODES", default_value = "none",
+          value_parser = clonestage_engine::stage::PreserveInodes::parse)]
+    preserve_inodes: clonestage_engine::stage::PreserveInodes,
+    /// How old (milliseconds) a hardlink must be before an action may run through it; younger
+    /// links come only from the pool's ready copies, made ahead (macOS SIGKILLs some execs of
+    /// fresh links) [default: 2000 on macOS, 0 on Linux].
+    #[arg(long, env = "CLONESTAGE_MACHO_LINK_AGE_MS", value_name = "MS")]
+    macho_link_age_ms: Option<u64>,
+}
+
+impl CodeArgs {
+    fn policy(&self) -> clonestage_engine::stage::CodePolicy {
+        let p = clonestage_engine::stage::CodePolicy::new(self.preserve_inodes);
+        match self.macho_link_age_ms {
+            Some(ms) => p.with_min_link_age(std::time::Duration::from_millis(ms)),
+            None => p,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -267,6 +314,7 @@ fn main() -> ExitCode {
             allow_absolute_symlinks,
             allow_escaping_symlinks,
             json,
+            code,
         } => commands::stage(
             &cache,
             commands::StageArgs {
@@ -284,6 +332,7 @@ fn main() -> ExitCode {
                     allow_escaping: allow_escaping_symlinks,
                 },
                 json,
+                code: code.policy(),
             },
         ),
         Cmd::Stats { json } => commands::stats(&cache, json),
@@ -308,6 +357,7 @@ fn main() -> ExitCode {
             upstream_queue_max,
             pool_copies,
             shared_dirs,
+            code,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -337,6 +387,7 @@ fn main() -> ExitCode {
             }),
             pool_copies,
             shared_dirs,
+            code: code.policy(),
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {
@@ -355,6 +406,16 @@ fn main() -> ExitCode {
             same_version,
         ),
         Cmd::Status => commands::status(&cache),
+        Cmd::Doctor {
+            bazel,
+            json,
+            exec_runs,
+        } => commands::doctor(commands::DoctorArgs {
+            cache: cache.clone(),
+            bazel,
+            json,
+            exec_runs,
+        }),
         Cmd::Bench(args) => clonestage_bench::run(&args).map(|_| ExitCode::SUCCESS),
         Cmd::SelfInstall(args) => commands::self_install(&args),
         Cmd::Launch { .. } => unreachable!("handled before logging is set up"),

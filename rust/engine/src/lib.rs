@@ -3,7 +3,8 @@
 //! fastest method each device offers (whole-tree clone, file clone, hardlink, copy), with the
 //! permission contract Bazel actions depend on.
 //!
-//! Layout: `cas` (blobs, pins, eviction), `tree` (Merkle encoding, validation, ingest),
+//! Layout: `cas` (blobs, pins, eviction, the record of Mach-O code blobs), `macho` (telling
+//! Mach-O code from its bytes), `tree` (Merkle encoding, validation, ingest),
 //! `stage` (method choice and building roots), `platform` (the only OS-specific code),
 //! `stats` (counters kept across processes), `ledger` (the one writer of counters, access log
 //! and cost estimates, flushed by whoever runs the stager), `remove` (deleting staged roots),
@@ -13,6 +14,7 @@ pub mod cas;
 pub mod digest;
 pub mod error;
 pub mod ledger;
+pub mod macho;
 pub mod platform;
 pub mod remove;
 pub mod shared;

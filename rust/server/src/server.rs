@@ -174,6 +174,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         opts.upstream.clone(),
         opts.pool_copies,
         shared_dirs,
+        opts.code,
     )?);
     match &state.upstream {
         Some(up) => {

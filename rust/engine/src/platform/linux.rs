@@ -24,6 +24,9 @@ pub const USER_DIRS: UserDirs = UserDirs {
 
 /// `sun_path` holds 108 bytes with the NUL (`<sys/un.h>`, `struct sockaddr_un`).
 pub const MAX_UNIX_SOCKET_PATH: usize = 107;
+/// How old a hardlink must be before anything may run through it. Linux checks no code
+/// signature at exec, so a link made a moment ago runs like any other path.
+pub const MIN_EXEC_LINK_AGE: std::time::Duration = std::time::Duration::ZERO;
 
 // <linux/btrfs.h>: _IOW(0x94, nr, struct btrfs_ioctl_vol_args) with sizeof == 4096.
 const BTRFS_IOC_SNAP_CREATE: libc::c_ulong = 0x5000_9401;

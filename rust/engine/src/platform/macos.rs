@@ -23,6 +23,14 @@ pub const USER_DIRS: UserDirs = UserDirs {
 
 /// `sun_path` holds 104 bytes with the NUL on macOS (`<sys/un.h>`, `struct sockaddr_un`).
 pub const MAX_UNIX_SOCKET_PATH: usize = 103;
+/// How old a hardlink must be before anything may run through it. macOS intermittently
+/// SIGKILLs the exec of a path that link(2) made moments before: 5 kills in 3,840 execs of
+/// fresh links, none in 1,680 of the original path (jdx/mr-boxington PR 134), a window that
+/// "closes about half a second after the link appears" (its crates/mbx/src/session/shims.rs,
+/// `install_shim`, at 018f698); cargo stopped hardlinking on macOS for it (rust-lang/cargo
+/// issues 7821 and 10060). Four times that window; `clonestage doctor` measures the kills of
+/// fresh and aged links on the user's Mac (`--macho-link-age-ms` overrides it).
+pub const MIN_EXEC_LINK_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// <sys/clonefile.h> (the libc crate declares `clonefileat`, not its flags).
 const CLONE_NOFOLLOW: u32 = 0x0001;

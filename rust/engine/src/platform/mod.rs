@@ -18,6 +18,7 @@
 //!   instead of replacing (`rename_noreplace` below is its path form).
 //! - `USER_DIRS`: where a user's cache and data directories sit by the OS's convention.
 //! - `MAX_UNIX_SOCKET_PATH`: the longest path a unix socket address holds (`sun_path`).
+//! - `MIN_EXEC_LINK_AGE`: how old a hardlink must be before anything runs through it.
 //!
 //! Mount points below a directory, and detaching them, are `mounts` (a per-OS pair of its own).
 
@@ -39,7 +40,7 @@ mod imp;
 pub use imp::{
     clone_file, clone_file_at, clone_tree, filesystem_name, new_tree_container,
     remove_tree_container_at, rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
-    MAX_UNIX_SOCKET_PATH, USER_DIRS,
+    MAX_UNIX_SOCKET_PATH, MIN_EXEC_LINK_AGE, USER_DIRS,
 };
 
 /// Where a user's directories sit by the OS's convention, relative to `$HOME`: one value per

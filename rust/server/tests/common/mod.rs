@@ -152,6 +152,7 @@ impl TestServer {
             upstream: None,
             pool_copies: clonestage_engine::stage::PoolBounds::default().copies,
             shared_dirs: Vec::new(),
+            code: Default::default(),
         }
     }
 
@@ -471,4 +472,19 @@ pub fn work_entries(cache: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The loop mount `.ci/mount-cow.sh` exported in `var` (`CLONESTAGE_TEST_XFS`, ...); None (a
+/// skip, said on stderr) when unset, a failure when `CLONESTAGE_REQUIRE_FS=1` (CI).
+pub fn loop_mount(var: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os(var) {
+        Some(p) if !p.is_empty() => Some(p.into()),
+        _ if std::env::var("CLONESTAGE_REQUIRE_FS").as_deref() == Ok("1") => {
+            panic!("{var} is not set but CLONESTAGE_REQUIRE_FS=1: run .ci/mount-cow.sh")
+        }
+        _ => {
+            eprintln!("SKIP: {var} not set (run .ci/mount-cow.sh as root)");
+            None
+        }
+    }
 }

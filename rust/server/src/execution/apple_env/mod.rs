@@ -110,6 +110,11 @@ impl AppleEnv {
         }
     }
 
+    /// Whether this host has Xcode tools to resolve with (false on Linux: keys pass through).
+    pub fn resolves(&self) -> bool {
+        self.tools.is_some()
+    }
+
     /// The variables to add to an action's environment: none for an action without the Apple
     /// keys or on a host without Xcode; never one the action sets itself.
     pub fn additions(
