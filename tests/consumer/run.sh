@@ -74,25 +74,15 @@ case "$work/" in
 esac
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/rust/Cargo.toml" | head -n 1)"
 
-passed=0
-failed=0
-say() { printf '%s\n' "$*"; }
-pass() {
-  passed=$((passed + 1))
-  say "PASS: $1"
-}
-fail() { # fail NAME [DETAIL...]
-  failed=$((failed + 1))
-  say "FAIL: $1"
-  shift
-  local line
-  for line in "$@"; do printf '      %s\n' "$line"; done
-}
-tail_of() { tail -n "${2:-20}" "$1" 2>/dev/null | sed 's/^/      | /'; }
+tail_lines=20
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/bazel.sh
+source "$root/tests/lib/bazel.sh"
 
 # Every HOME this run made: its Bazel servers and clonestage servers are stopped at the end.
 homes=()
-finish() {
+cleanup() {
   local h ws
   for h in "${homes[@]}"; do
     for ws in "$h"/../ws*; do
@@ -108,21 +98,9 @@ finish() {
     rm -rf "$work"
   fi
 }
-trap finish EXIT
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Bazel's process summary, e.g. "INFO: 5 processes: 2 internal, 3 remote."
-summary_of() { grep -E '^INFO: [0-9,]+ process(es)?: ' "$1" | tail -n 1; }
-spawns() { # spawns LOG KIND
-  local n
-  n="$(summary_of "$1" | grep -oE "[0-9,]+ $2[,.]" | head -n 1 | tr -dc 0-9)"
-  echo "${n:-0}"
-}
-other_spawns() { # kinds in the summary other than internal, remote and remote cache hit
-  # (a hit is served by clonestage's action cache: still through clonestage, not local)
-  summary_of "$1" | sed -E 's/^INFO: [0-9,]+ process(es)?: //; s/\.$//' | tr ',' '\n' |
-    sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote|remote cache hit)$' | tr '\n' ',' | sed 's/,$//'
-}
 expected_method() { # the staging method the cache's filesystem should use
   case "$(stat -f -c %T "$1" 2>/dev/null)" in
     ext2/ext3 | ext4 | tmpfs) echo hardlink ;;
@@ -602,5 +580,4 @@ for p in "${paths[@]}"; do
   done
 done
 
-say "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

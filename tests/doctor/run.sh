@@ -20,18 +20,8 @@
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 BIN="${CLONESTAGE_BIN:-$root/rust/target/release/clonestage}"
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "PASS: $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $1"
-  shift
-  for l in "$@"; do echo "      $l"; done
-}
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
 
 [ -x "$BIN" ] || {
   echo "no clonestage binary at $BIN (cargo build --release --bin clonestage)" >&2
@@ -198,5 +188,4 @@ else
   fail "stub Xcode: resolved, and a broken xcode-select fails (exit $rc, $rc2)" "$why" "$why2"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -25,8 +25,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 BIN="${CLONESTAGE_BIN:-$root/rust/target/release/clonestage}"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-xcode.XXXXXX")"
 tmp="$(cd "$tmp" && pwd -P)"
-passed=0
-failed=0
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
 server_pid=""
 B=(bazel "--output_user_root=$tmp/bazel-root")
 
@@ -44,17 +44,6 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-
-pass() {
-  passed=$((passed + 1))
-  echo "PASS: $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $1"
-  shift
-  for l in "$@"; do echo "      $l"; done
-}
 
 [ -x "$BIN" ] || {
   echo "no clonestage binary at $BIN (cargo build --release --bin clonestage)" >&2
@@ -153,5 +142,4 @@ else
     "$(tail -5 "$tmp/other-sdk.log")" "$(grep -E 'SDKROOT' bazel-bin/env.txt 2>/dev/null)"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish
