@@ -22,7 +22,7 @@ use crate::layout::Layout;
 use crate::listen;
 use crate::rpc_timing::RpcTimingLayer;
 use crate::server_lock::ServerLock;
-use crate::state::State;
+use crate::state::{StagingOptions, State};
 use crate::ServeOptions;
 use anyhow::{Context, Result};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
@@ -169,12 +169,14 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     let state = Arc::new(State::new(
         cache,
         Arc::new(ac),
-        opts.limits,
         exec.clone(),
         opts.upstream.clone(),
-        opts.pool_copies,
-        shared_dirs,
-        opts.code,
+        StagingOptions {
+            limits: opts.limits,
+            pool_copies: opts.pool_copies,
+            shared: shared_dirs,
+            code: opts.code,
+        },
     )?);
     match &state.upstream {
         Some(up) => {
