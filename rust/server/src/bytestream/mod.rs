@@ -13,6 +13,7 @@
 mod resource;
 mod uploads;
 
+pub use uploads::UploadGauge;
 pub(crate) use uploads::Uploads;
 
 use resource::Encoding;

@@ -41,9 +41,17 @@ impl Session {
 
 pub(crate) type SessionRef = Arc<tokio::sync::Mutex<Session>>;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Uploads {
-    map: Mutex<HashMap<String, SessionRef>>,
+    map: Arc<Mutex<HashMap<String, SessionRef>>>,
+}
+
+/// What the upload sessions hold now (`ServerHandle::uploads`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UploadGauge {
+    pub sessions: usize,
+    /// zstd decoders alive (of compressed uploads; a session a stream holds counts as one).
+    pub decoders: usize,
 }
 
 impl Uploads {
@@ -68,6 +76,17 @@ impl Uploads {
 
     pub fn get(&self, name: &str) -> Option<SessionRef> {
         self.map.lock().unwrap().get(name).cloned()
+    }
+
+    pub fn gauge(&self) -> UploadGauge {
+        let map = self.map.lock().unwrap();
+        UploadGauge {
+            sessions: map.len(),
+            decoders: map
+                .values()
+                .filter(|s| s.try_lock().map_or(true, |s| s.zstd.is_some()))
+                .count(),
+        }
     }
 
     pub fn remove(&self, name: &str) {
