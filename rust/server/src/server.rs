@@ -202,7 +202,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         opts.evict_every.unwrap_or(crate::eviction::DEFAULT_EVERY),
     );
     crate::eviction::start(&state, evict).context("start the eviction thread")?;
-    let uploads = Uploads::default();
+    let uploads = Uploads::start();
     let routes = routes(&state, &exec, &uploads);
     let (stop, stop_rx) = watch::channel(false);
     let unix_server = builder()
