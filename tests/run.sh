@@ -108,7 +108,7 @@ bash tests/teamrc/run.sh
 step "consumer: the adoption paths in fresh workspaces outside the repository (tests/consumer: bazel run @clonestage//:install with a cold cargo build, then the README's without-the-module path)"
 bash tests/consumer/run.sh
 
-step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases; docs/reliability.md)"
+step "reliability suite (tests/reliability: kill -9, ENOSPC, fuzzing, hostile input, abandoned and idle uploads, write-through race, two output bases; docs/reliability.md)"
 bash tests/reliability/run.sh
 
 echo
