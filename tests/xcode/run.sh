@@ -27,6 +27,8 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-xcode.XXXXXX")"
 tmp="$(cd "$tmp" && pwd -P)"
 # shellcheck source=tests/lib/report.sh
 source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/build.sh
+source "$root/tests/lib/build.sh"
 server_pid=""
 B=(bazel "--output_user_root=$tmp/bazel-root")
 
@@ -52,12 +54,7 @@ trap cleanup EXIT
 spawn="${CLONESTAGE_SPAWN:-$root/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
 if [ ! -x "$spawn" ]; then
   spawn="$tmp/clonestage-spawn"
-  srcs=()
-  for f in "$root"/cc/*.cc; do
-    case "$f" in *-darwin.cc) continue ;; esac
-    srcs+=("$f")
-  done
-  "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$spawn" "${srcs[@]}" || {
+  cxx_spawn "$root" "$spawn" || {
     echo "cannot build the spawn wrapper" >&2
     exit 1
   }
