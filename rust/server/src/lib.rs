@@ -44,6 +44,7 @@ pub use auth::TOKEN_HEADER;
 pub use bytestream::{UploadGauge, UPLOAD_SESSIONS_PER_CLIENT};
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
+pub use execution::workdir::is_ready_work_dir;
 pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
 pub use listen::unix_target;
 pub use server::{start, ServerHandle, DRAIN_GRACE};

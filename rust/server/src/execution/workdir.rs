@@ -152,6 +152,27 @@ impl Ready {
     }
 }
 
+/// Whether `dir` is a work dir made ahead of time (`Ready`) and not used yet: it holds exactly
+/// the empty `STD_STREAMS` files. The server's tests tell leftovers from these with it.
+pub fn is_ready_work_dir(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut names = Vec::new();
+    for e in entries {
+        match e {
+            Ok(e) if e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0) => {
+                names.push(e.file_name())
+            }
+            _ => return false,
+        }
+    }
+    names.sort();
+    let mut want: Vec<std::ffi::OsString> = STD_STREAMS.iter().map(Into::into).collect();
+    want.sort();
+    names == want
+}
+
 /// Remove a work dir: first detach what an action mounted in it (`detach_mounts`), then the
 /// engine's `remove_tree`, which works relative to directory fds with the types readdir gives
 /// (one `unlinkat` per file, no lstat, no path walks), makes a read-only (0o555) staged
@@ -209,20 +230,6 @@ pub(crate) mod tests {
         Ready::new(base, making, n)
     }
 
-    /// Whether `dir` is a whole ready work dir: exactly the two empty files.
-    pub(crate) fn is_whole_ready(dir: &Path) -> bool {
-        let mut names: Vec<String> = match std::fs::read_dir(dir) {
-            Ok(rd) => rd
-                .flatten()
-                .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-            Err(_) => return false,
-        };
-        names.sort();
-        names == ["stderr", "stdout"] && std::fs::read_dir(dir).map_or(0, |rd| rd.count()) == 2
-    }
-
     /// CI under load (issue 23 item 7): a test that listed `work/` while the janitor was
     /// making a ready dir saw it half made (no files yet) and called it a leftover. Ready dirs
     /// are filled elsewhere and renamed in whole, so a reader of `work/` sees none half made.
@@ -239,7 +246,7 @@ pub(crate) mod tests {
                 while !done.load(Ordering::SeqCst) {
                     for e in std::fs::read_dir(&base).unwrap().flatten() {
                         seen += 1;
-                        if !is_whole_ready(&e.path()) {
+                        if !is_ready_work_dir(&e.path()) {
                             half.push(e.file_name());
                         }
                     }
