@@ -258,6 +258,12 @@ impl ServerHandle {
             .flatten()
     }
 
+    /// End the eviction grace of every result answered so far (`answer_grace`) now, as if its
+    /// minute had passed (for tests of eviction).
+    pub fn end_answer_grace(&self) {
+        self.state.cache.release_holds();
+    }
+
     /// Actions accepted and not finished yet.
     pub fn running_actions(&self) -> usize {
         self.state.busy()

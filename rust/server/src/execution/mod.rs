@@ -14,7 +14,6 @@
 //! SDKROOT and TMPDIR Bazel's local provider would give them (`apple_env`; docs/xcode.md);
 //! an Xcode the host lacks is a failed action whose stderr names it (`answer::host_lacks`).
 
-mod action;
 mod answer;
 pub(crate) mod apple_env;
 mod declared_outputs;
