@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Install everything clonestage's build and tests need on a fresh Debian machine (as root).
-# Safe to re-run. Used by .ci/run; developers can run it once too.
+# Install everything clonestage's build and tests need on a fresh Debian machine (as root),
+# and only what is missing: a command already on PATH (npm from NodeSource, say, whose nodejs
+# conflicts with Debian's npm; a Rust from rustup) is used as it is. Safe to re-run. Used by
+# .ci/run and tools/demo.sh; developers can run it once too. Rust comes from rustup into
+# ~/.cargo when there is no cargo: callers then `. "$HOME/.cargo/env"`.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 log() { echo "install: $*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -9,8 +13,15 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
+# clang, libc++-dev and libc++abi-dev: the spawn wrapper linked with clang and libc++
+# (tests/cc/toolchains_test.sh).
 pkgs=(bazel-bootstrap bazel-skylib bazel-platforms libgtest-dev googletest
-      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv)
+      xfsprogs btrfs-progs e2fsprogs util-linux g++ shellcheck python3.11 python3.11-venv
+      clang libc++-dev libc++abi-dev)
+# Commands, not packages: installed from Debian only when missing.
+command -v curl >/dev/null 2>&1 || pkgs+=(curl ca-certificates)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || pkgs+=(python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,12 +32,31 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck source=/dev/null # rustup's
+    . "$HOME/.cargo/env"
+fi
 if ! command -v cargo >/dev/null 2>&1; then
-    echo "install: cargo not found; install Rust with rustup first" >&2
-    exit 1
+    log "no cargo: installing Rust with rustup into ~/.cargo"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal >/dev/null
+    # shellcheck source=/dev/null # rustup's
+    . "$HOME/.cargo/env"
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
+
+# The Rust toolchains CI checks the workspace with (tests/run.sh): rust/Cargo.toml's
+# rust-version, and the default Rust of the dev rules_rust (MODULE.bazel), which also builds
+# the release archives (tools/release.sh's RUST) for its four targets.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
+release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
+case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
+for tc in "$msrv" "$release_rust"; do
+    rustup toolchain list | grep -q "^$tc-" || rustup toolchain install --profile minimal "$tc"
+done
+for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu x86_64-apple-darwin aarch64-apple-darwin; do
+    rustup +"$release_rust" target list --installed | grep -qx "$t" || rustup target add --toolchain "$release_rust" "$t"
+done
 
 # buildifier from npm (the package ships the binary), into a tools dir outside the repo.
 TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
@@ -58,6 +88,18 @@ if ! "$TOOLS/bgd-venv/bin/bgd" --help >/dev/null 2>&1; then
     mkdir -p "$TOOLS"
     [ -x "$TOOLS/bgd-venv/bin/pip" ] || "$py311" -m venv "$TOOLS/bgd-venv"
     "$TOOLS/bgd-venv/bin/pip" install -q --disable-pip-version-check 'buildgrid==0.4.4' >/dev/null
+fi
+# cargo-zigbuild and zig (PyPI's ziglang) in a venv there: tools/release.sh cross-builds the
+# prebuilt helpers with them (zig links Mach-O and old-glibc ELF; `zig c++` builds the wrapper).
+# Exact versions: they are part of what makes a release rebuild to the same bytes.
+if ! "$TOOLS/zig-venv/bin/cargo-zigbuild" --version 2>/dev/null | grep -qx 'cargo-zigbuild 0.24.0' ||
+    [ "$("$TOOLS/zig-venv/bin/zig" version 2>/dev/null)" != 0.15.2 ]; then
+    log "pip install ziglang==0.15.2 cargo-zigbuild==0.24.0 into $TOOLS/zig-venv"
+    mkdir -p "$TOOLS"
+    [ -x "$TOOLS/zig-venv/bin/pip" ] || python3 -m venv "$TOOLS/zig-venv"
+    "$TOOLS/zig-venv/bin/pip" install -q --disable-pip-version-check 'ziglang==0.15.2' 'cargo-zigbuild==0.24.0' >/dev/null
+    # cargo-zigbuild looks for `zig` on PATH first (else `python3 -m ziglang`, which is slower).
+    ln -sf "$("$TOOLS/zig-venv/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')" "$TOOLS/zig-venv/bin/zig"
 fi
 # The reliability suite's fuzz part: cargo-fuzz (run on stable with RUSTC_BOOTSTRAP=1).
 if ! cargo fuzz --help >/dev/null 2>&1; then

@@ -3,15 +3,17 @@
 `bazel run @clonestage//:install` leaves the workspace it runs in using
 clonestage on the next `bazel build`, with no other step:
 
-1. the helper `clonestage` and the spawn wrapper `clonestage-spawn`, built with
-   the user's own Bazel and toolchains, go side by side into the per-version
-   home <data>/clonestage/<version>/bin (`clonestage self-install`), where the
-   launcher looks first. The wrapper is always `//cc:clonestage-spawn`
-   (rules_cc). The helper is `//rust:clonestage` (rules_rust) under bzlmod; in
-   WORKSPACE mode (Bazel 4.2.3 here, no rules_rust) //rust cannot load, so the
-   target does not depend on it and instead runs tools/install-binaries.sh,
-   which builds the helper with `cargo build --locked --release` from this
-   repository's own rust/ into <data>/clonestage/<version>/build;
+1. the helper `clonestage` and the spawn wrapper `clonestage-spawn` go side
+   by side into the per-version home <data>/clonestage/<version>/bin
+   (`clonestage self-install`), where the launcher looks first. Both come
+   from `@clonestage_binaries` (private/binaries.bzl): the release's prebuilt,
+   checksummed pair for the host when there is one; else the wrapper is
+   `//cc:clonestage-spawn` built by the user's C++ toolchain and the target
+   runs tools/install-binaries.sh, which builds the helper with
+   `cargo build --locked --release` from this repository's own rust/ into
+   <data>/clonestage/<version>/build. The target never depends on //rust
+   (rules_rust is a dev dependency of the module). The program prints the
+   repository's one status line first: which of the two it used, and why;
 2. the launcher (Bazelisk and Bazel's wrapper only run <workspace>/tools/bazel)
    and the bazelrc (a .bazelrc imports by path) are copied to tools/bazel and
    tools/clonestage.bazelrc;
@@ -74,6 +76,8 @@ need() {{ # need RLOCATION_PATH: rloc or die
   }}
 }}
 
+# Which binaries (prebuilt, with version and checksum, or from source, and why).
+[ -z "{status}" ] || say "$(cat "$(need "{status}")")"
 launcher="$(need "{launcher}")"
 bazelrc="$(need "{bazelrc}")"
 spawn="$(need "{spawn}")"
@@ -174,7 +178,7 @@ fi
 # --- 1. the binaries -------------------------------------------------------------------
 if [ -n "$helper_rl" ]; then
   helper="$(need "$helper_rl")"
-  say "installing the helper and the spawn wrapper that Bazel built into $home/bin"
+  say "installing the helper and the spawn wrapper into $home/bin"
   installed="$("$helper" self-install --spawn "$spawn")" || {{
     say "error: clonestage self-install failed (above); nothing was changed in $dest"
     exit 1
@@ -184,7 +188,7 @@ else
   # The real repository directory, not the runfiles tree: cargo needs the whole rust/.
   installer="$(readlink -f "$installer")"
   repo="$(cd "$(dirname "$installer")/.." && pwd -P)"
-  say "WORKSPACE mode (no rules_rust): building the helper with cargo build --locked --release from $repo/rust into $home/build"
+  say "building the helper with cargo build --locked --release from $repo/rust into $home/build"
   installed="$(bash "$installer" --spawn "$spawn" --target-dir "$home/build")" || {{
     say "error: building or installing the helper failed (above); nothing was changed in $dest"
     exit 1
@@ -240,6 +244,19 @@ def _rlocation(ctx, f):
         return f.short_path[3:]
     return ctx.workspace_name + "/" + f.short_path
 
+def _helper_file(ctx):
+    # The helper: an executable target, one file (prebuilt), or nothing (an empty filegroup:
+    # no prebuilt helper, so the installer builds it).
+    if not ctx.attr.helper:
+        return None
+    executable = ctx.attr.helper[DefaultInfo].files_to_run.executable
+    if executable:
+        return executable
+    files = ctx.files.helper
+    if len(files) > 1:
+        fail("clonestage_install: helper %s gives %d files, want one or none" % (ctx.attr.helper.label, len(files)))
+    return files[0] if files else None
+
 def _clonestage_install_impl(ctx):
     script = ctx.actions.declare_file(ctx.label.name + ".sh")
     spawn = ctx.executable.spawn
@@ -248,15 +265,20 @@ def _clonestage_install_impl(ctx):
     runfiles = runfiles.merge(ctx.attr.spawn[DefaultInfo].default_runfiles)
     helper = ""
     installer = ""
-    if ctx.attr.helper:
-        helper = _rlocation(ctx, ctx.executable.helper)
-        runfiles = runfiles.merge(ctx.runfiles(files = [ctx.executable.helper]))
+    helper_file = _helper_file(ctx)
+    if helper_file:
+        helper = _rlocation(ctx, helper_file)
+        runfiles = runfiles.merge(ctx.runfiles(files = [helper_file]))
         runfiles = runfiles.merge(ctx.attr.helper[DefaultInfo].default_runfiles)
     elif ctx.file.installer:
         installer = _rlocation(ctx, ctx.file.installer)
         runfiles = runfiles.merge(ctx.runfiles(files = [ctx.file.installer]))
     else:
-        fail("clonestage_install needs helper (bzlmod) or installer (WORKSPACE mode)")
+        fail("clonestage_install needs a helper (prebuilt) or the installer (source build)")
+    status = ""
+    if ctx.file.status:
+        status = _rlocation(ctx, ctx.file.status)
+        runfiles = runfiles.merge(ctx.runfiles(files = [ctx.file.status]))
     ctx.actions.write(
         output = script,
         content = _SCRIPT.format(
@@ -266,6 +288,7 @@ def _clonestage_install_impl(ctx):
             label = str(ctx.label),
             launcher = _rlocation(ctx, ctx.file.launcher),
             spawn = _rlocation(ctx, spawn),
+            status = status,
         ),
         is_executable = True,
     )
@@ -282,8 +305,9 @@ _clonestage_install = rule(
             mandatory = True,
         ),
         "helper": attr.label(
-            doc = "The clonestage binary (rules_rust); bzlmod only.",
-            executable = True,
+            doc = "The clonestage binary (@clonestage_binaries//:clonestage): one executable " +
+                  "file, or none to build it with the installer.",
+            allow_files = True,
             cfg = "target",
         ),
         "installer": attr.label(
@@ -296,44 +320,44 @@ _clonestage_install = rule(
             mandatory = True,
         ),
         "spawn": attr.label(
-            doc = "The clonestage-spawn wrapper (rules_cc).",
+            doc = "The clonestage-spawn wrapper (@clonestage_binaries//:clonestage-spawn: " +
+                  "prebuilt, or //cc:clonestage-spawn from source).",
+            allow_files = True,
             executable = True,
             cfg = "target",
             mandatory = True,
         ),
+        "status": attr.label(
+            doc = "@clonestage_binaries//:status, the line saying which binaries are used.",
+            allow_single_file = True,
+        ),
     },
 )
 
-def _bzlmod():
-    # native.module_name() names the module of the package's repository under bzlmod,
-    # and is None (or empty) for a repository from WORKSPACE; Bazel before 6 lacks it.
-    return hasattr(native, "module_name") and bool(native.module_name())
-
-def clonestage_install(name, launcher, bazelrc, spawn, helper, installer, **kwargs):
+def clonestage_install(name, launcher, bazelrc, spawn, helper, installer, status, **kwargs):
     """`bazel run :name` installs clonestage's binaries, launcher and bazelrc.
 
     Args:
       name: the target's name.
       launcher: tools/bazel.
       bazelrc: strategy/clonestage.bazelrc.
-      spawn: the clonestage-spawn cc_binary.
-      helper: the clonestage rust_binary, used under bzlmod only (its package
-        needs rules_rust, which a WORKSPACE-mode Bazel may not have).
-      installer: tools/install-binaries.sh, which builds the helper with cargo,
-        used in WORKSPACE mode only.
+      spawn: the clonestage-spawn wrapper: prebuilt, or the cc_binary.
+      helper: the prebuilt clonestage, or a target with no file (then the installer builds it).
+      installer: tools/install-binaries.sh, which builds the helper with cargo.
+      status: the file whose one line says which binaries are used.
       **kwargs: common attributes (visibility, tags).
     """
-    bzlmod = _bzlmod()
     _clonestage_install(
         name = name,
         launcher = launcher,
         bazelrc = bazelrc,
         spawn = spawn,
-        helper = helper if bzlmod else None,
-        installer = None if bzlmod else installer,
+        helper = helper,
+        installer = installer,
+        status = status,
         **kwargs
     )
 
 # The rule itself, for tests that give it a helper directly (tests/consumer exercises the
-# bzlmod branch's program this way with Bazel 4.2.3, which has no rules_rust).
+# program's helper branch with a helper of its own this way).
 clonestage_install_rule = _clonestage_install

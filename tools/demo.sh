@@ -18,8 +18,14 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 SCALE=${DEMO_SCALE:-ci}
 
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck source=/dev/null # rustup's, on the user's machine
+    . "$HOME/.cargo/env"
+fi
 if ! command -v bazel >/dev/null 2>&1 || ! command -v cargo >/dev/null 2>&1; then
     bash .ci/install.sh
+    # shellcheck source=/dev/null # rustup's, just installed by install.sh
+    command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 fi
 
 echo "demo: building clonestage (cargo build --locked --release: several minutes on a cold machine; cargo shows its progress)"

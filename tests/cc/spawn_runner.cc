@@ -14,6 +14,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 #include <fstream>
 #include <sstream>
@@ -56,6 +59,21 @@ std::string SpawnPath() {
     Fail(std::string("realpath(") + path + ")");
   }
   return resolved;
+}
+
+Kernel WrapperKernel() {
+  const char* kernel = getenv("CLONESTAGE_SPAWN_KERNEL");
+  if (kernel != nullptr && kernel[0] != '\0') {
+    if (strcmp(kernel, "xnu") == 0) return Kernel::kXnu;
+    if (strcmp(kernel, "linux") == 0) return Kernel::kLinux;
+    errno = EINVAL;
+    Fail(std::string("$CLONESTAGE_SPAWN_KERNEL=") + kernel);
+  }
+#if defined(__APPLE__)
+  return Kernel::kXnu;
+#else
+  return Kernel::kLinux;
+#endif
 }
 
 std::string MakeTempDir() {
@@ -114,6 +132,28 @@ bool ProcessExists(pid_t pid) {
     Fail("kill(" + std::to_string(pid) + ", 0)");
   }
   return false;
+}
+
+bool ProcessIsRunning(pid_t pid) {
+#if defined(__APPLE__)
+  int mib[] = {CTL_KERN, KERN_PROC, KERN_PROC_PID, static_cast<int>(pid)};
+  struct kinfo_proc info;
+  size_t size = sizeof(info);
+  if (sysctl(mib, 4, &info, &size, nullptr, 0) == -1) {
+    Fail("sysctl(KERN_PROC_PID, " + std::to_string(pid) + ")");
+  }
+  return size == sizeof(info) && info.kp_proc.p_stat != SZOMB;
+#else
+  // "PID (COMM) STATE ...": the state follows the last ')'.
+  const std::string stat =
+      ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) {
+    return false;  // No such process.
+  }
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+#endif
 }
 
 pid_t ReadPid(const std::string& path) {

@@ -4,6 +4,9 @@
 // $(rootpath @clonestage//cc:clonestage-spawn) (relative to the test's working
 // directory, the runfiles root); it is made absolute so tests can start the
 // wrapper from another directory. Scratch files live under $TEST_TMPDIR.
+// $CLONESTAGE_SPAWN_KERNEL ("linux" or "xnu") says which kernel's semantics
+// the binary runs with: "xnu" for the Darwin build linked with the XNU
+// emulation (tests/cc/xnu); unset, the host's.
 
 #ifndef CLONESTAGE_CC_TESTS_SPAWN_RUNNER_H_
 #define CLONESTAGE_CC_TESTS_SPAWN_RUNNER_H_
@@ -20,6 +23,13 @@ namespace testing {
 // Absolute path of the clonestage-spawn binary under test.
 std::string SpawnPath();
 
+// The kernel semantics the binary under test runs with, where Linux and
+// macOS differ: on Linux the wrapper is a child subreaper (it finds, kills
+// and reaps descendants that left COMMAND's group or were orphaned) and has
+// a parent-death signal; on macOS (XNU) it has neither.
+enum class Kernel { kLinux, kXnu };
+Kernel WrapperKernel();
+
 // A new empty directory under $TEST_TMPDIR (Bazel removes it afterwards).
 std::string MakeTempDir();
 
@@ -32,6 +42,11 @@ bool WaitForFile(const std::string& path, double timeout_secs = 10);
 
 // Whether pid still exists (kill(pid, 0); zombies count as existing).
 bool ProcessExists(pid_t pid);
+
+// Whether pid exists and is not a zombie: it can still run. An orphan killed
+// by the wrapper on macOS is reaped by launchd, not by the wrapper, so it
+// may still be a zombie when the wrapper has exited.
+bool ProcessIsRunning(pid_t pid);
 
 // Reads a decimal pid written by a test command; -1 if there is none.
 pid_t ReadPid(const std::string& path);

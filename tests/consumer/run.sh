@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# tests/consumer/run.sh: the two adoption paths, followed as a new user follows them, in fresh
-# workspaces created outside the repository, with Bazel 4.2.3 (WORKSPACE mode, so the helper
-# is necessarily cargo-built; the rules_rust path of bzlmod is not exercised here).
+# tests/consumer/run.sh: the adoption paths, followed as a new user follows them, in fresh
+# workspaces created outside the repository, with Bazel 4.2.3 (WORKSPACE mode).
 #
+#   prebuilt path  the README's WORKSPACE lines for a release archive (http_archive of the
+#                  source archive tools/release.sh made, then clonestage_binaries()), with
+#                  CLONESTAGE_BINARIES_URL=file://<the release's directory> and no cargo,
+#                  rustc or rustup on PATH: `bazel run @clonestage//:install` installs the
+#                  release's helper and wrapper (the same bytes; --version matches; timed
+#                  with a warm Bazel server) and `bazel test //...` runs through them; a
+#                  tampered archive (its SHA256SUMS rewritten too) fails with Bazel's checksum
+#                  message and installs nothing; a release whose table lacks this platform
+#                  says so and falls back to the source build. The release comes from
+#                  CLONESTAGE_RELEASE_OUT (tests/run.sh makes it once per run), else is
+#                  cross-built here for this host (minutes);
 #   module path    a workspace that takes this checkout as @clonestage (`local_repository`,
-#                  the closest Bazel 4.2.3 comes to `bazel_dep`), runs
+#                  the closest Bazel 4.2.3 comes to `bazel_dep`, and clonestage_binaries(),
+#                  which says a checkout has no release, so the helper is built from source), runs
 #                  `bazel run @clonestage//:install` and then `bazel test //...`: every
 #                  action must run through clonestage (`N remote` in Bazel's summary, the
 #                  server's stats counting staged inputs by this filesystem's method), with
@@ -13,8 +24,7 @@
 #                  (refused, with how to chain; chained as printed, a build runs through
 #                  both launchers and clonestage), a failing install (no cargo on PATH:
 #                  says so, leaves no per-version home and no change in the workspace), and
-#                  the program of the bzlmod branch (given a helper built by Bazel; here a
-#                  prebuilt one, since Bazel 4.2.3 has no rules_rust);
+#                  the program's helper branch (given a helper target of the consumer's);
 #   checkout path  the README's "without the module" words: copy tools/bazel and
 #                  strategy/clonestage.bazelrc into the workspace's tools/, run
 #                  `bash tools/install-binaries.sh` in the checkout, add the two .bazelrc
@@ -31,17 +41,19 @@
 # checkout path reuses the checkout's rust/target (warm after tests/run.sh's cargo steps).
 # Prints PASS/FAIL per check, the minutes each path took, and "N passed, M failed";
 # exit 1 on any failure. CONSUMER_KEEP=1 keeps the temporary directory.
-# Usage: tests/consumer/run.sh [module|checkout]...   (default: both)
+# Usage: tests/consumer/run.sh [prebuilt|module|checkout]...   (default: all three)
 
 set -u -o pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 paths=("$@")
-[ ${#paths[@]} -gt 0 ] || paths=(module checkout)
+[ ${#paths[@]} -gt 0 ] || paths=(prebuilt module checkout)
 
 # The user's Rust toolchain, before HOME changes.
 export RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
 export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}"
+# The release tests/run.sh made for this run (the prebuilt path), kept before the next loop.
+release_out="${CLONESTAGE_RELEASE_OUT:-}"
 # No override of where things go: the defaults are under test.
 for v in $(compgen -e); do
   case "$v" in
@@ -120,6 +132,16 @@ stat_of() { # stat_of JSON KEY
   local v
   v="$(sed -n "s/.*\"$2\"[[:space:]]*:[[:space:]]*\([0-9][0-9]*\).*/\1/p" "$1" | head -n 1)"
   echo "${v:-0}"
+}
+
+# $PATH less every directory holding cargo, rustc or rustup: a machine with no Rust toolchain.
+path_without_rust() {
+  local d out=""
+  local IFS=:
+  for d in $PATH; do
+    [ -x "$d/cargo" ] || [ -x "$d/rustc" ] || [ -x "$d/rustup" ] || out="${out:+$out:}$d"
+  done
+  printf '%s\n' "$out"
 }
 
 # A consumer workspace: a few actions and a test. WORKSPACE gets $1 (extra lines).
@@ -218,6 +240,11 @@ module_path() {
     path = \"$root\",
 )
 
+# @clonestage_binaries: a checkout is no release, so it says to build from source.
+load(\"@clonestage//:repositories.bzl\", \"clonestage_binaries\")
+
+clonestage_binaries()
+
 # clonestage's own dependency in WORKSPACE mode beyond what every offline 4.2.3
 # workspace declares (below): @platforms (//cc selects on @platforms//os), from
 # Debian's bazel-platforms. (@rules_cc, which //cc loads, is among those below.)
@@ -237,9 +264,10 @@ local_repository(
     cmp -s "$ws/tools/clonestage.bazelrc" "$root/strategy/clonestage.bazelrc" &&
     grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws/.bazelrc" &&
     grep -qx 'build --config=clonestage' "$ws/.bazelrc" &&
-    grep -q "WORKSPACE mode (no rules_rust): building the helper with cargo" "$log" &&
+    grep -q "building the helper from source: this clonestage is not a release" "$log" &&
+    grep -q "building the helper with cargo build --locked --release" "$log" &&
     grep -q "Compiling clonestage" "$log"; then
-    pass "module: bazel run @clonestage//:install built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the .bazelrc lines ($((SECONDS - t0)) s)"
+    pass "module: bazel run @clonestage//:install said a checkout has no prebuilt helpers, built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the .bazelrc lines ($((SECONDS - t0)) s)"
   else
     fail "module: bazel run @clonestage//:install" "exit $rc" "$(tail_of "$log" 30)"
   fi
@@ -306,10 +334,10 @@ local_repository(
   fi
   (cd "$ws2" && timeout 60 bazel shutdown) >/dev/null 2>&1
 
-  # 5. The bzlmod branch's program (helper given, no cargo), which Bazel 4.2.3 cannot reach
-  # through @clonestage//:install (no rules_rust): the rule given a prebuilt helper, its
-  # program run from / with no runfiles variables (it finds everything through $0.runfiles,
-  # including a helper of the main repository).
+  # 5. The program's helper branch (a helper given, no cargo), with a helper target of the
+  # consumer's own: the rule given a wrapper script, its program run from / with no runfiles
+  # variables (it finds everything through $0.runfiles, including a helper of the main
+  # repository). The prebuilt path below takes the same branch through @clonestage_binaries.
   # shellcheck disable=SC2016 # "$@" is the generated script's
   printf '#!/bin/sh\nexec "%s" "$@"\n' "$home_bin/clonestage" >"$ws/prebuilt_helper.sh"
   chmod +x "$ws/prebuilt_helper.sh"
@@ -340,21 +368,16 @@ EOF
   if [ "$rc" = 0 ] && cmp -s "$helper_data/clonestage/$version/bin/clonestage" "$home_bin/clonestage" &&
     cmp -s "$helper_data/clonestage/$version/bin/clonestage-spawn" "$home_bin/clonestage-spawn" &&
     cmp -s "$ws4/tools/bazel" "$root/tools/bazel" && grep -q "config=clonestage" "$ws4/.bazelrc" &&
-    grep -q "installing the helper and the spawn wrapper that Bazel built" "$log" && ! grep -q "cargo build" "$log"; then
-    pass "module: the helper branch (bzlmod's) installs a Bazel-built helper and wrapper without cargo"
+    grep -q "installing the helper and the spawn wrapper into" "$log" && ! grep -q "cargo build" "$log"; then
+    pass "module: the helper branch installs a given helper and wrapper without cargo"
   else
     fail "module: the helper branch" "exit $rc" "$(tail_of "$log" 15)"
   fi
 
   # 6. A failing install (no cargo on PATH) says so and leaves nothing half-installed.
-  local ws3="$dir/ws3" fail_data="$dir/faildata" nocargo_path=""
+  local ws3="$dir/ws3" fail_data="$dir/faildata" nocargo_path
   mkdir -p "$ws3"
-  local d
-  local IFS=:
-  for d in $PATH; do
-    [ -x "$d/cargo" ] || nocargo_path="${nocargo_path:+$nocargo_path:}$d"
-  done
-  unset IFS
+  nocargo_path="$(path_without_rust)"
   log="$dir/nocargo.log"
   (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE PATH="$nocargo_path" XDG_DATA_HOME="$fail_data" "$prog" "$ws3") >"$log" 2>&1
   rc=$?
@@ -365,6 +388,135 @@ EOF
     fail "module: install without cargo" "exit $rc (want 1); $(find "$fail_data" 2>/dev/null | head -5 | tr '\n' ' '); ws3: $(find "$ws3" -mindepth 1 | tr '\n' ' ')" "$(tail_of "$log" 10)"
   fi
   say "module path: $((SECONDS - t0)) s"
+}
+
+# --- the prebuilt path (a release's archives, no Rust toolchain) -------------------------------
+
+# The release tests/run.sh made once for this CI run (CLONESTAGE_RELEASE_OUT, by
+# tests/module/release_binaries_test.sh), else one made here for this host only (a cold cross
+# build: minutes). Prints its directory.
+release_dir() {
+  local triple="$1" out
+  if [ -n "$release_out" ] && [ -f "$release_out/clonestage-v$version-$triple.tar.gz" ]; then
+    printf '%s\n' "$release_out"
+    return
+  fi
+  out="$work/release"
+  "$root/tools/release.sh" "v$version" --ref HEAD --platforms "$triple" --out "$out" >"$work/release.log" 2>&1 ||
+    return 1
+  printf '%s\n' "$out"
+}
+
+prebuilt_path() {
+  local t0=$SECONDS dir="$work/prebuilt" ws log rc rel triple src sha home_bin norust x
+  mkdir -p "$dir/home"
+  export HOME="$dir/home"
+  homes+=("$HOME")
+  ws="$dir/ws"
+  triple="$(uname -m)-unknown-linux-gnu"
+  if ! rel="$(release_dir "$triple")"; then
+    fail "prebuilt: tools/release.sh for $triple" "$(tail_of "$work/release.log" 30)"
+    return
+  fi
+  src="$rel/clonestage-v$version.tar.gz"
+  sha="$(sha256sum "$src" | cut -d' ' -f1)"
+  # The README's WORKSPACE lines for a release archive (the module is not in the registry yet),
+  # with file:// for the release's URL; @platforms and @rules_cc serve the source fallback.
+  make_workspace "$ws" "load(\"@bazel_tools//tools/build_defs/repo:http.bzl\", \"http_archive\")
+
+http_archive(
+    name = \"clonestage\",
+    sha256 = \"$sha\",
+    strip_prefix = \"clonestage-$version\",
+    urls = [\"file://$src\"],
+)
+
+load(\"@clonestage//:repositories.bzl\", \"clonestage_binaries\")
+
+clonestage_binaries()
+
+local_repository(
+    name = \"platforms\",
+    path = \"/usr/share/bazel/tools/platforms\",
+)
+"
+  home_bin="$HOME/.local/share/clonestage/$version/bin"
+  norust="$(path_without_rust)"
+  mkdir -p "$dir/archive"
+  tar -xzf "$rel/clonestage-v$version-$triple.tar.gz" -C "$dir/archive"
+  x="$dir/archive/clonestage-v$version-$triple"
+
+  # 1. The install with the archives at CLONESTAGE_BINARIES_URL, no Rust toolchain on PATH,
+  # timed with Bazel's server already up (a developer's usual state).
+  (cd "$ws" && CLONESTAGE_DISABLE=1 PATH="$norust" bazel info release) >"$dir/info.log" 2>&1
+  local t1=$SECONDS
+  log="$dir/install.log"
+  (cd "$ws" && PATH="$norust" CLONESTAGE_BINARIES_URL="file://$rel" timeout -k 10 900 bazel run @clonestage//:install) >"$log" 2>&1
+  rc=$?
+  local took=$((SECONDS - t1)) want_sha
+  want_sha="$(grep " clonestage-v$version-$triple.tar.gz\$" "$rel/SHA256SUMS" | cut -d' ' -f1)"
+  if [ "$rc" = 0 ] && grep -q "using the prebuilt clonestage $version for $triple (clonestage-v$version-$triple.tar.gz, sha256 $want_sha)" "$log" &&
+    cmp -s "$home_bin/clonestage" "$x/clonestage" && cmp -s "$home_bin/clonestage-spawn" "$x/clonestage-spawn" &&
+    [ "$("$home_bin/clonestage" --version)" = "clonestage $version" ] &&
+    cmp -s "$ws/tools/bazel" "$root/tools/bazel" && grep -qx 'build --config=clonestage' "$ws/.bazelrc" &&
+    ! grep -qE "cargo|Compiling" "$log"; then
+    pass "prebuilt: bazel run @clonestage//:install with no Rust toolchain installed the release's helper and wrapper (--version: $("$home_bin/clonestage" --version); sha256 $want_sha) in $took s with a warm Bazel server"
+  else
+    fail "prebuilt: bazel run @clonestage//:install from the release archives" "exit $rc" "$(tail_of "$log" 25)"
+  fi
+
+  # 2. The next build runs through the prebuilt clonestage.
+  log="$dir/test.log"
+  (cd "$ws" && PATH="$norust" timeout -k 10 600 bazel test //...) >"$log" 2>&1
+  rc=$?
+  check_through_clonestage "prebuilt: bazel test //... runs its actions through the prebuilt clonestage" "$ws" "$log" "$rc"
+  (cd "$ws" && CLONESTAGE_DISABLE=1 "$home_bin/clonestage" stop --timeout 20) >/dev/null 2>&1
+
+  # 3. A tampered archive (and a SHA256SUMS rewritten to match it: the mirror's own sums are not
+  # trusted) fails the fetch with Bazel's checksum message and installs nothing. Same Bazel
+  # server: changing CLONESTAGE_BINARIES_URL must refetch (the rule declares it); no repository
+  # cache, which holds the good archive under its sha256.
+  local bad="$dir/tampered" bad_data="$dir/tampered-data" ws_bad="$dir/ws-tampered"
+  mkdir -p "$bad" "$ws_bad"
+  cp "$rel/clonestage-v$version-$triple.tar.gz" "$bad/"
+  printf 'tampered' >>"$bad/clonestage-v$version-$triple.tar.gz"
+  (cd "$bad" && sha256sum "clonestage-v$version-$triple.tar.gz" >SHA256SUMS)
+  log="$dir/tampered.log"
+  (cd "$ws" && PATH="$norust" CLONESTAGE_BINARIES_URL="file://$bad" XDG_DATA_HOME="$bad_data" \
+    timeout -k 10 600 bazel run --repository_cache= @clonestage//:install -- "$ws_bad") >"$log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ] && grep -q "Checksum was [0-9a-f]* but wanted $want_sha" "$log" &&
+    grep -q "$bad/clonestage-v$version-$triple.tar.gz" "$log" &&
+    ! [ -e "$bad_data/clonestage" ] && [ -z "$(ls -A "$ws_bad")" ]; then
+    pass "prebuilt: a tampered archive fails the fetch ($(grep -o 'Checksum was [0-9a-f]* but wanted [0-9a-f]*' "$log" | head -n 1 | cut -c1-60)...) and installs nothing"
+  else
+    fail "prebuilt: a tampered archive" "exit $rc (want non-zero); data: $(find "$bad_data" 2>/dev/null | head -3 | tr '\n' ' '); ws: $(find "$ws_bad" -mindepth 1 | tr '\n' ' ')" "$(tail_of "$log" 15)"
+  fi
+
+  # 4. A release without an archive for this platform falls back to the source build and says
+  # so: the release's tree with this platform's row taken out of its table (a checked copy),
+  # given as @clonestage. No cargo on PATH, so the source build stops at cargo: the choice is
+  # what is tested here (the module path above runs a whole source build).
+  local tree="$dir/no-archive-tree" none_data="$dir/no-archive-data" ws_none="$dir/ws-no-archive"
+  mkdir -p "$tree" "$ws_none"
+  tar -xzf "$src" -C "$tree" --strip-components=1
+  sed -i "/\"$triple\"/d" "$tree/private/binaries_table.bzl"
+  log="$dir/no-archive.log"
+  if grep -q "$triple" "$tree/private/binaries_table.bzl"; then
+    fail "prebuilt: no archive for this platform" "could not take $triple out of the table"
+  else
+    (cd "$ws" && PATH="$norust" CLONESTAGE_BINARIES_URL="file://$rel" XDG_DATA_HOME="$none_data" \
+      timeout -k 10 600 bazel run --override_repository=clonestage="$tree" @clonestage//:install -- "$ws_none") >"$log" 2>&1
+    rc=$?
+    if [ "$rc" = 1 ] && grep -q "building the helper from source: release $version has no prebuilt helpers for this platform" "$log" &&
+      grep -q "building the helper with cargo build" "$log" && grep -q "cargo not found" "$log" &&
+      ! [ -e "$none_data/clonestage/$version/bin" ] && [ -z "$(ls -A "$ws_none")" ]; then
+      pass "prebuilt: a release with no archive for $triple falls back to the source build, saying so in one line"
+    else
+      fail "prebuilt: no archive for this platform" "exit $rc (want 1, at cargo)" "$(tail_of "$log" 15)"
+    fi
+  fi
+  say "prebuilt path: $((SECONDS - t0)) s"
 }
 
 # --- the checkout path (the README's "without the module") ------------------------------------
@@ -401,10 +553,11 @@ checkout_path() {
 
 for p in "${paths[@]}"; do
   case "$p" in
+    prebuilt) prebuilt_path ;;
     module) module_path ;;
     checkout) checkout_path ;;
     *)
-      echo "run.sh: unknown path $p (module, checkout)" >&2
+      echo "run.sh: unknown path $p (prebuilt, module, checkout)" >&2
       exit 2
       ;;
   esac

@@ -286,6 +286,17 @@ else
   fail "$name" "no outputs.zip and no report.txt in $outdir" "$(find "$outdir" 2>&1 | head -n 10)"
 fi
 
+name="e2e: the second compile loaded the module the first built, in the shared module cache"
+first_rep="$(cat "$e2e/bazel-bin/modcache/first.txt" 2>&1)"
+second_rep="$(cat "$e2e/bazel-bin/modcache/second.txt" 2>&1)"
+linked="$(delta e2e-before e2e-after shared_dirs_linked)"
+if [ "$first_rep" = "first built the module" ] && [ "$second_rep" = "second loaded the module built by first" ] &&
+  [ "$linked" -ge 2 ]; then
+  pass "$name (shared_dirs_linked +$linked)"
+else
+  fail "$name" "first: $first_rep" "second: $second_rep" "server shared_dirs_linked +$linked (want >= 2)"
+fi
+
 # --- 2. failures through clonestage ----------------------------------------------------------
 
 snap fail-before
@@ -528,6 +539,22 @@ if bz "$swiftlike" "$logs/swift-clonestage.log" 600 test "$JOBS" --config=ci --c
 else
   snap_settled swift-after
   fail "$name" "$(tail_of "$logs/swift-clonestage.log" 25)"
+fi
+
+# Implicit module builds in that clean build: each compile's Name.modcache says, per module
+# it imports, whether it loaded, built or waited for it. 9 modules (8 of the stand-in SDK, and
+# CShims, whose map is inside each root and so misses in each of its 4 importers): with the
+# shared module cache at most 8 + 4 builds; without it every compile builds its own (~110).
+modcache_builds() { # the number of "built" lines in the reports under bazel-bin
+  find -L "$swiftlike/bazel-bin/" -name '*.modcache' -exec cat {} + 2>/dev/null | grep -c '^module [A-Za-z]* built '
+}
+name="swiftlike: through clonestage, each implicit SDK module was built once (shared module cache)"
+builds="$(modcache_builds)"
+reports="$(find -L "$swiftlike/bazel-bin/" -name '*.modcache' 2>/dev/null | wc -l)"
+if [ "$reports" -ge 20 ] && [ "$builds" -ge 8 ] && [ "$builds" -le 12 ]; then
+  pass "$name ($builds module builds in $reports compiles)"
+else
+  fail "$name" "$builds module builds in $reports compiles (want 8 to 12 in at least 20)"
 fi
 
 CLONESTAGE_DISABLE=1 bz "$swiftlike" "$logs/swift-clean2.log" 120 clean

@@ -49,6 +49,26 @@ by reading. Checks:
    such crate has a `crate.annotation` with `patches` (files that exist) for
    its version. rust/third_party/h2_patch.py check verifies the patch's
    content against the vendored tree; this check, that the pieces are wired.
+9. dev-only packages: a BUILD file that loads a .bzl of a dev-only repository
+   (a dev_dependency, or a repository of a dev extension usage: rules_rust and
+   its crate hub) makes a package only this module as the root can load, like
+   //rust. Inside it, dev labels are allowed; a label into it from any other package,
+   .bzl file or .bcr/presubmit.yml is not: Bazel ignores a non-root module's
+   dev dependencies (MODULE.bazel cites where), so the consumer's build fails
+   there.
+10. registry files: .bcr/presubmit.yml parses as YAML and its tasks are what
+   the registry's presubmit reads; the two JSON templates parse and match the
+   registry's schema (tests/module/bcr_files.py, which cites each rule).
+11. the binaries table: private/binaries_table.bzl is empty in a git checkout
+   (tools/release.sh fills it only in a release's source archive) and, when
+   filled, names MODULE.bazel's version and one URL and a sha256 (64 hex
+   digits) per known platform, each URL's file clonestage-<tag>-<triple>.tar.gz.
+12. the Rust a build gets: rules_rust is a dev_dependency (consumers get
+   prebuilt helpers or cargo's, and carry no rules_rust: MODULE.bazel),
+   tools/release.sh builds with exactly the default Rust of that rules_rust
+   version (RULES_RUST_DEFAULT_RUST, read from rules_rust's
+   rust/private/common.bzl at each tag), and rust/Cargo.toml's rust-version is
+   no newer than it.
 8. workspace members: every member of the Cargo workspace in rust/ is one
    of crate_universe's `manifests` (`//rust:<member>/Cargo.toml`: cargo-bazel
    refuses a workspace whose members it is not given, and check 7 would
@@ -65,7 +85,16 @@ import re
 import sys
 import tomllib
 
+import bcr_files
+
 DEFAULT_CRATE_UNIVERSE = "crates"
+# DEFAULT_RUST_VERSION of bazelbuild/rules_rust rust/private/common.bzl (line 34) at each tag.
+RULES_RUST_DEFAULT_RUST = {
+    "0.63.0": "1.86.0", "0.64.0": "1.86.0", "0.65.0": "1.86.0", "0.66.0": "1.86.0",
+    "0.67.0": "1.86.0", "0.68.0": "1.86.0", "0.68.1": "1.86.0", "0.69.0": "1.93.1",
+    "0.70.0": "1.95.0", "0.71.0": "1.96.0", "0.71.3": "1.96.1", "0.72.0": "1.97.1",
+    "0.73.0": "1.97.1",
+}
 MODULE_NAME = "clonestage"
 CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 REPO_MARKERS = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel", "REPO.bazel")
@@ -162,6 +191,13 @@ class Checker:
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 tree = ast.parse(f.read(), filename="MODULE.bazel")
+            dev_extensions = set()
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                        and getattr(node.value.func, "id", None) == "use_extension"
+                        and any(k.arg == "dev_dependency" and isinstance(k.value, ast.Constant)
+                                and k.value.value is True for k in node.value.keywords)):
+                    dev_extensions.update(t.id for t in node.targets if isinstance(t, ast.Name))
             for node in ast.walk(tree):
                 if not isinstance(node, ast.Call):
                     continue
@@ -174,9 +210,32 @@ class Checker:
                 elif fn == "use_repo":
                     names = {a.value for a in node.args[1:] if isinstance(a, ast.Constant)}
                     names |= set(kw)  # use_repo(ext, alias = "name")
-                    visible |= names
+                    ext = node.args[0].id if node.args and isinstance(node.args[0], ast.Name) else None
+                    # A dev extension usage is a no-op proxy for a non-root module.
+                    (dev if ext in dev_extensions else visible).update(names)
         self._visible = (visible, dev - visible)
         return self._visible
+
+    def dev_packages(self):
+        """Packages whose BUILD file names a dev-only repository: {package: repository}."""
+        if hasattr(self, "_dev_packages"):
+            return self._dev_packages
+        _, dev = self.visible_repos()
+        found = {}
+        for relfile in self.module_files():
+            if os.path.basename(relfile) not in BUILD_NAMES:
+                continue
+            with open(os.path.join(self.root, relfile), encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=relfile)
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "load"
+                        and node.args and isinstance(node.args[0], ast.Constant)):
+                    continue
+                m = LABEL_RE.match(str(node.args[0].value))
+                if m and m.group("repo") in dev:
+                    found.setdefault(os.path.dirname(relfile), m.group("repo"))
+        self._dev_packages = found
+        return found
 
     def check_label(self, where, label, own_package, check_repo=True):
         if any(c in label for c in "{}%$ \n\t"):
@@ -186,6 +245,8 @@ class Checker:
             repo = m.group("repo")
             if repo not in (None, "", MODULE_NAME):
                 visible, dev = self.visible_repos()
+                if own_package is not None and own_package in self.dev_packages():
+                    return  # a dev-only package may use dev dependencies (check 9)
                 if check_repo and label.startswith("@") and not label.startswith("@@") and repo not in visible:
                     why = ("a dev_dependency, invisible when clonestage is not the root module"
                            if repo in dev else "not a bazel_dep or use_repo of MODULE.bazel")
@@ -198,6 +259,11 @@ class Checker:
             return
         if pkg in ("visibility", "conditions"):
             return  # //visibility:public, //conditions:default are built into Bazel
+        dev_repo = self.dev_packages().get(pkg)
+        if dev_repo is not None and own_package != pkg and where.split(":")[0] != "MODULE.bazel":
+            self.problem(where, f"label {label!r} is in the dev-only package '{pkg}' (it needs "
+                         f"@{dev_repo}, a dev dependency): a consumer cannot load it")
+            return
         if name is None:
             name = pkg.rsplit("/", 1)[-1]
         if any(c in pkg for c in " \n\t") or pkg.endswith("..."):
@@ -249,6 +315,24 @@ class Checker:
                 for n, line in enumerate(f, 1):
                     for label in re.findall(r'["\']?(@@?' + MODULE_NAME + r'//[^"\'\s]*)', line):
                         self.check_label(f".bcr/presubmit.yml:{n}", label, None)
+                        self.check_target_defined(f".bcr/presubmit.yml:{n}", label)
+
+    def check_target_defined(self, where, label):
+        """The registry builds the target: its package must define it (or hold the file)."""
+        m = LABEL_RE.match(label)
+        if not m or m.group("pkg").endswith("...") or (m.group("name") or "").startswith("all"):
+            return
+        pkg = m.group("pkg")
+        name = m.group("name") or pkg.rsplit("/", 1)[-1]
+        if os.path.isfile(os.path.join(self.root, pkg, name)):
+            return
+        for build in BUILD_NAMES:
+            path = os.path.join(self.root, pkg, build)
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    if re.search(r'\bname\s*=\s*"' + re.escape(name) + '"', f.read()):
+                        return
+        self.problem(where, f"label {label!r}: no target {name!r} in package '{pkg or '.'}'")
 
     # ---- 2. crate universe name ----------------------------------------
     def check_crate_universe(self):
@@ -568,10 +652,105 @@ class Checker:
                 self.problem(manifest, "a Cargo workspace member with no rules_rust target in "
                              f"rust/BUILD.bazel built from {prefix} (crate_root or srcs)")
 
+    # ---- 10. registry files ----------------------------------------------
+    def check_registry_files(self):
+        if not os.path.isdir(os.path.join(self.root, ".bcr")):
+            return
+        for p in bcr_files.problems(self.root):
+            self.problems.append(p)
+
+    # ---- 11. the binaries table -------------------------------------------
+    TABLE = "private/binaries_table.bzl"
+    TRIPLES = {"x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu",
+               "x86_64-apple-darwin", "aarch64-apple-darwin"}
+
+    def check_binaries_table(self):
+        path = os.path.join(self.root, self.TABLE)
+        if not os.path.isfile(path):
+            return
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=self.TABLE)
+        values = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        version = values.get("CLONESTAGE_BINARIES_VERSION", "")
+        urls = values.get("CLONESTAGE_BINARY_URLS", {})
+        sums = values.get("CLONESTAGE_BINARY_SHA256S", {})
+        if os.path.exists(os.path.join(self.root, ".git")):
+            if version or urls or sums:
+                self.problem(self.TABLE, "filled in a git checkout: tools/release.sh writes the "
+                             "table into the release's source archive only; commit it empty")
+            return
+        if not version:
+            if urls or sums:
+                self.problem(self.TABLE, "archives listed with no CLONESTAGE_BINARIES_VERSION")
+            return
+        module_version = self.module_version()
+        if version != module_version:
+            self.problem(self.TABLE, f"for version {version}, but MODULE.bazel says {module_version}")
+        if set(urls) != set(sums):
+            self.problem(self.TABLE, f"URLs for {sorted(urls)} but sha256s for {sorted(sums)}")
+        for triple in sorted(set(urls) | set(sums)):
+            if triple not in self.TRIPLES:
+                self.problem(self.TABLE, f"unknown platform {triple!r}")
+            if not re.fullmatch(r"[0-9a-f]{64}", sums.get(triple, "")):
+                self.problem(self.TABLE, f"{triple}: sha256 {sums.get(triple)!r} is not 64 hex digits")
+            name = urls.get(triple, "").rsplit("/", 1)[-1]
+            if not re.fullmatch(r"clonestage-v?" + re.escape(version) + "-" + re.escape(triple)
+                                + r"\.tar\.gz", name):
+                self.problem(self.TABLE, f"{triple}: URL's file {name!r} is not "
+                             f"clonestage-<tag>-{triple}.tar.gz")
+
+    # ---- 12. the Rust a build gets -------------------------------------------
+    def check_rust_versions(self):
+        path = os.path.join(self.root, "MODULE.bazel")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename="MODULE.bazel")
+        dep = None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "bazel_dep":
+                kw = {k.arg: k.value for k in node.keywords}
+                if isinstance(kw.get("name"), ast.Constant) and kw["name"].value == "rules_rust":
+                    dep = (kw, node.lineno)
+        if dep is None:
+            return
+        kw, line = dep
+        where = f"MODULE.bazel:{line}"
+        if not (isinstance(kw.get("dev_dependency"), ast.Constant) and kw["dev_dependency"].value is True):
+            self.problem(where, "rules_rust is not a dev_dependency: every consumer's graph would "
+                         "carry it (and push rules_rust, apple_support, rules_cc up by MVS)")
+        rules_rust = kw["version"].value if isinstance(kw.get("version"), ast.Constant) else ""
+        default = RULES_RUST_DEFAULT_RUST.get(rules_rust)
+        if default is None:
+            self.problem(where, f"rules_rust {rules_rust}: its default Rust is not in "
+                         "RULES_RUST_DEFAULT_RUST (read rust/private/common.bzl at that tag)")
+            return
+        release = os.path.join(self.root, "tools", "release.sh")
+        if os.path.isfile(release):
+            with open(release, encoding="utf-8") as f:
+                m = re.search(r"^RUST=(\S+)$", f.read(), re.M)
+            if not m or m.group(1) != default:
+                self.problem("tools/release.sh", f"RUST={m.group(1) if m else '?'}, but the dev "
+                             f"rules_rust {rules_rust} registers Rust {default} by default")
+        with open(os.path.join(self.root, "rust", "Cargo.toml"), "rb") as f:
+            msrv = tomllib.load(f).get("workspace", {}).get("package", {}).get("rust-version", "")
+        def parts(v):
+            return tuple(int(x) for x in v.split("."))
+        if not msrv:
+            self.problem("rust/Cargo.toml", "no [workspace.package] rust-version")
+        elif parts(msrv) > parts(default):
+            self.problem("rust/Cargo.toml", f"rust-version {msrv} is newer than the dev rules_rust's "
+                         f"default Rust {default}")
+
+    def module_version(self):
+        with open(os.path.join(self.root, "MODULE.bazel"), encoding="utf-8") as f:
+            m = re.search(r'module\((?:[^)]*?)version\s*=\s*"([^"]+)"', f.read(), re.S)
+        return m.group(1) if m else ""
+
     def run(self):
         for check in (self.check_path_patches, self.check_labels, self.check_crate_universe,
                       self.check_globs, self.check_versions, self.check_crate_lockfile,
-                      self.check_members):
+                      self.check_members, self.check_registry_files, self.check_binaries_table,
+                      self.check_rust_versions):
             try:
                 check()
             except (OSError, SyntaxError, KeyError, tomllib.TOMLDecodeError) as e:
@@ -593,7 +772,7 @@ def main(argv):
     if problems:
         print(f"module check: {len(problems)} problem(s) in {os.path.abspath(root)}")
         return 1
-    print("module check: ok (labels not ignored, repositories visible, crate universe named, no empty glob, no path patch, crate_universe lockfile wired, one version, every Cargo member in Bazel)")
+    print("module check: ok (labels not ignored, repositories visible, crate universe named, no empty glob, no path patch, crate_universe lockfile wired, one version, every Cargo member in Bazel, dev-only packages unreferenced, registry files as the registry reads them, binaries table, rules_rust dev-only with its default Rust)")
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/module/release_test.sh: tools/release.sh makes exactly the archive that
-# .bcr/source.template.json names, and refuses what it must.
+# tests/module/release_test.sh: tools/release.sh --source-only makes exactly the archive that
+# .bcr/source.template.json names, and refuses what it must. (The prebuilt helpers, which take
+# cross builds, are tests/module/release_binaries_test.sh.)
 #
 # Contract: offline, a few seconds; works on a throwaway clone of this checkout's HEAD
 # (tags it there, never here); exits 0 when every case passes, 1 with the failed case.
@@ -21,9 +22,10 @@ fail() { echo "release_test: FAIL: $*" >&2; exit 1; }
 git clone -q --shared --no-checkout "$src" "$work/repo"
 git -C "$work/repo" checkout -q --detach "$(git -C "$src" rev-parse HEAD)"
 cp "$src/tools/release.sh" "$work/repo/tools/release.sh"
-mkdir -p "$work/repo/.bcr"
+mkdir -p "$work/repo/.bcr" "$work/repo/private"
 cp "$src/.bcr/source.template.json" "$src/.bcr/metadata.template.json" "$work/repo/.bcr/"
 cp "$src/MODULE.bazel" "$work/repo/MODULE.bazel"
+cp "$src/private/binaries_table.bzl" "$work/repo/private/"
 git -C "$work/repo" add -A
 git -C "$work/repo" -c user.name=t -c user.email=t@t commit -q --allow-empty -m "release test"
 version=$(python3 -c 'import re,sys; print(re.search(r"version\s*=\s*\"([^\"]+)\"", open(sys.argv[1]).read()).group(1))' "$work/repo/MODULE.bazel")
@@ -31,7 +33,7 @@ git -C "$work/repo" tag "v$version"
 repo=$work/repo
 
 # 1. The archive the template names, with the template's prefix.
-out1=$("$repo/tools/release.sh" "v$version" --out "$work/d1" 2>"$work/err1") || { cat "$work/err1"; fail "release.sh v$version"; }
+out1=$("$repo/tools/release.sh" "v$version" --source-only --out "$work/d1" 2>"$work/err1") || { cat "$work/err1"; fail "release.sh v$version"; }
 expect_url=$(python3 -c '
 import json, sys
 t = json.load(open(sys.argv[1]))
@@ -60,7 +62,7 @@ python3 -c 'import json,sys; d=json.loads(sys.stdin.read().split("\n",2)[2]); as
     "$want" "$prefix" "$url" <<<"$out1" || fail "printed source.json does not match"
 
 # 3. Reproducible: a second run gives the same bytes.
-"$repo/tools/release.sh" "v$version" --out "$work/d2" >/dev/null 2>&1 || fail "second run"
+"$repo/tools/release.sh" "v$version" --source-only --out "$work/d2" >/dev/null 2>&1 || fail "second run"
 cmp -s "$archive" "$work/d2/${url##*/}" || fail "two runs of the same tag differ"
 
 # 4. The extracted archive passes the static module check (it loads for a consumer).
@@ -70,13 +72,14 @@ python3 "$here/check.py" "$work/x/$prefix" >"$work/check.out" || { cat "$work/ch
 # 5. Refusals, each with its reason.
 refuse() {
     local why=$1; shift
-    if "$repo/tools/release.sh" "$@" --out "$work/bad" >/dev/null 2>"$work/err"; then fail "accepted: $*"; fi
+    if "$repo/tools/release.sh" "$@" --source-only --out "$work/bad" >/dev/null 2>"$work/err"; then fail "accepted: $*"; fi
     grep -q "$why" "$work/err" || { cat "$work/err"; fail "refusal of '$*' does not say '$why'"; }
 }
 git -C "$repo" tag v9.9.9
 refuse "MODULE.bazel at v9.9.9 says $version" v9.9.9
 refuse "is not v<major>" release-1
 refuse "no commit 'v7.7.7'" v7.7.7
+refuse "unknown platform 'x86_64-pc-windows-msvc'" "v$version" --platforms x86_64-pc-windows-msvc
 [ ! -e "$work/bad" ] || [ -z "$(ls -A "$work/bad")" ] || fail "a refused run left files in $work/bad"
 
 echo "release_test: ok ($archive, $(wc -c <"$archive") bytes)"

@@ -80,34 +80,10 @@ fi
 perf_helper
 perf_start_server
 cache_b=""
-server_b_pid=""
-stop_server_b() {
-  if [ -n "$server_b_pid" ] && kill -0 "$server_b_pid" 2>/dev/null; then
-    kill -TERM "$server_b_pid" 2>/dev/null || true
-    for _ in $(seq 100); do
-      kill -0 "$server_b_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-  fi
-}
 if [ -n "$cmp_bin" ]; then
-  # The second helper's server, on a cache of its own, started as lib.sh starts the first.
+  # The second helper's server, on a cache of its own.
   cache_b="$perf_dir/cache-b"
-  mkdir -p "$cache_b"
-  trap 'stop_server_b; perf_cleanup' EXIT
-  if "$cmp_bin" --cache "$cache_b" address >/dev/null 2>&1; then
-    perf_die "a clonestage server already runs on $cache_b; use another PERF_DIR"
-  fi
-  setsid "$cmp_bin" --cache "$cache_b" serve </dev/null >"$perf_dir/serve-b.log" 2>&1 &
-  server_b_pid=$!
-  for _ in $(seq 150); do
-    "$cmp_bin" --cache "$cache_b" address >/dev/null 2>&1 && break
-    kill -0 "$server_b_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  "$cmp_bin" --cache "$cache_b" address >/dev/null 2>&1 ||
-    perf_die "the PERF_COMPARE_BIN server did not start (log: $perf_dir/serve-b.log)"
-  perf_say "second server up (pid $server_b_pid, $cmp_bin, cache $cache_b)"
+  perf_serve_other "$cmp_bin" "$cache_b" "$perf_dir/serve-b.log"
 fi
 # clonestage stats --json of configuration $1's server (clonestage or clonestage_b).
 stats_of() {

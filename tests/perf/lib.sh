@@ -70,19 +70,47 @@ perf_helper() {
   fi
 }
 
-perf_stop_server() {
-  if [ -n "$perf_server_pid" ] && kill -0 "$perf_server_pid" 2>/dev/null; then
-    kill -TERM "$perf_server_pid" 2>/dev/null || true
+perf_stop_pid() { # SIGTERM to a server started here, then up to 10 s for it to end
+  if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then
+    kill -TERM "$1" 2>/dev/null || true
     for _ in $(seq 100); do
-      kill -0 "$perf_server_pid" 2>/dev/null || break
+      kill -0 "$1" 2>/dev/null || break
       sleep 0.1
     done
   fi
+}
+
+perf_stop_server() {
+  perf_stop_pid "$perf_server_pid"
   perf_server_pid=""
+}
+
+# Another `clonestage serve`, of helper BIN on cache CACHE (made if missing), logging to LOG,
+# with the KEY=value environment words that follow; ready when this returns, stopped at exit.
+perf_other_pids=()
+perf_serve_other() { # BIN CACHE LOG [KEY=value...]
+  local bin="$1" cache="$2" log="$3" pid
+  shift 3
+  mkdir -p "$cache"
+  if "$bin" --cache "$cache" address >/dev/null 2>&1; then
+    perf_die "a clonestage server already runs on $cache; use another PERF_DIR"
+  fi
+  env "$@" setsid "$bin" --cache "$cache" serve </dev/null >"$log" 2>&1 &
+  pid=$!
+  perf_other_pids+=("$pid")
+  for _ in $(seq 150); do
+    "$bin" --cache "$cache" address >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  "$bin" --cache "$cache" address >/dev/null 2>&1 || perf_die "the server on $cache did not start (log: $log)"
+  perf_say "another server up (pid $pid, $bin, cache $cache${*:+, $*})"
 }
 
 perf_cleanup() {
   perf_stop_server
+  local pid
+  for pid in "${perf_other_pids[@]}"; do perf_stop_pid "$pid"; done
   if [ "$perf_own_dir" = 1 ] && [ "${PERF_KEEP:-0}" != 1 ] && [ -n "$perf_dir" ]; then
     chmod -R u+w "$perf_dir" 2>/dev/null || true
     rm -rf "$perf_dir"

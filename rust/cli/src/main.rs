@@ -124,6 +124,18 @@ enum Cmd {
         #[arg(long, env = "CLONESTAGE_POOL_COPIES",
               default_value_t = clonestage_engine::stage::PoolBounds::default().copies)]
         pool_copies: usize,
+        /// An action-relative directory linked into every root as one persistent directory
+        /// (per concrete path), where the action declares nothing there: `*` is any one
+        /// directory name. Repeatable, or comma-separated in the variable; `none` turns
+        /// sharing off (docs/module-cache.md) [default: bazel-out/*/bin/_swift_module_cache,
+        /// bazel-out/*/bin/_objc_module_cache, bazel-out/*/genfiles/_objc_module_cache]
+        #[arg(
+            long = "shared-dir",
+            env = "CLONESTAGE_SHARED_DIRS",
+            value_name = "PATTERN",
+            value_delimiter = ','
+        )]
+        shared_dirs: Vec<String>,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -258,6 +270,7 @@ fn main() -> ExitCode {
             upstream_timeout_ms,
             upstream_queue_max,
             pool_copies,
+            shared_dirs,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -286,6 +299,7 @@ fn main() -> ExitCode {
                 }
             }),
             pool_copies,
+            shared_dirs,
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {

@@ -6,7 +6,8 @@
 //! Layout: `cas` (blobs, pins, eviction), `tree` (Merkle encoding, validation, ingest),
 //! `stage` (method choice and building roots), `platform` (the only OS-specific code),
 //! `stats` (counters kept across processes), `ledger` (the one writer of counters, access log
-//! and cost estimates, flushed by whoever runs the stager), `remove` (deleting staged roots).
+//! and cost estimates, flushed by whoever runs the stager), `remove` (deleting staged roots),
+//! `shared` (the persistent cache directories linked into roots: compilers' module caches).
 
 pub mod cas;
 pub mod digest;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod ledger;
 pub mod platform;
 pub mod remove;
+pub mod shared;
 pub mod stage;
 pub mod stats;
 pub mod tree;

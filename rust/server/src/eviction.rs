@@ -1,8 +1,10 @@
 //! Keeping the cache within `serve --max-size`: a background thread that, every `every`
-//! (30 s by default), sums the bytes the cache's blobs hold and evicts least-recently-used
-//! ones with the engine's `Cache::gc` down to the low watermark (90% of the limit) when the
-//! cache is above the limit (the high watermark), whatever is running, or above the low
-//! watermark while the server is idle (no action, upload cleanup or work-dir removal). What a
+//! (30 s by default), sums the bytes the cache's blobs and its shared cache directories
+//! (`clonestage_engine::shared`) hold and evicts down to the low watermark (90% of the limit)
+//! when the cache is above the limit (the high watermark), whatever is running, or above the
+//! low watermark while the server is idle (no action, upload cleanup or work-dir removal):
+//! shared directories first, least recently linked first, and only while idle (a directory a
+//! root holds is never cleared); then least-recently-used blobs with the engine's `Cache::gc`. What a
 //! running action pins (its input root and everything it reaches) is never evicted; an
 //! ActionResult whose blobs were evicted then reads as absent (`ac_store`), so Bazel runs or
 //! uploads again.
@@ -60,10 +62,36 @@ pub(crate) fn default_max_size(dir: &Path) -> u64 {
 
 /// One look at the cache: evict if the policy says so. Returns the report when it evicted.
 pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
-    let bytes = clonestage_engine::cas::cache_bytes(&state.cache);
+    let blobs = clonestage_engine::cas::cache_bytes(&state.cache);
+    let mut shared = state.shared.as_ref().map_or(0, |s| s.bytes());
+    let bytes = blobs.saturating_add(shared);
     let idle = state.busy() == 0;
     if bytes <= limits.low || (bytes <= limits.max && !idle) {
         return None;
+    }
+    // Shared cache directories go first, and only while no action runs: each is one
+    // directory of rebuildable compiler output, which no running compile may lose.
+    if let (Some(s), true) = (&state.shared, idle) {
+        let e = s.evict_idle(bytes - limits.low);
+        if e.dirs > 0 {
+            shared = shared.saturating_sub(e.bytes);
+            let ledger = state.stager.ledger();
+            ledger.add(|c| {
+                *c.extra.entry("shared_dir_evictions".into()).or_default() += e.dirs;
+                *c.extra
+                    .entry("shared_dir_evicted_bytes".into())
+                    .or_default() += e.bytes;
+            });
+            tracing::info!(
+                dirs = e.dirs,
+                bytes = e.bytes,
+                held = e.held,
+                "cleared shared cache directories to keep the cache within its limit"
+            );
+        }
+        if blobs.saturating_add(shared) <= limits.low {
+            return None;
+        }
     }
     // Pooled copies go first: each holds a pin that keeps every blob it links.
     if let Some(pool) = state.stager.pool() {
@@ -75,7 +103,8 @@ pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
             );
         }
     }
-    match state.cache.gc(limits.low) {
+    // What the shared directories still hold counts against the limit too.
+    match state.cache.gc(limits.low.saturating_sub(shared)) {
         Ok(r) => {
             tracing::info!(
                 before = r.bytes_before,

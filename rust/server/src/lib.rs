@@ -83,6 +83,10 @@ pub struct ServeOptions {
     /// Ready copies of hot input subtrees kept in `<cache>/pool/` (`--pool-copies`); 0: no
     /// pool.
     pub pool_copies: usize,
+    /// Patterns of action-relative paths linked into every root as one persistent directory
+    /// each (`--shared-dir`; compilers' module caches, docs/module-cache.md), checked when the
+    /// server starts: empty, the default list; `none` alone, none.
+    pub shared_dirs: Vec<String>,
 }
 
 /// Upload entries waiting in the cache's upstream queue (`clonestage stats`'s

@@ -122,6 +122,8 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 /// Start serving `opts.cache_dir`; returns once both listeners accept requests.
 pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
+    // Bad patterns are refused before anything is touched.
+    let shared_dirs = clonestage_engine::shared::Pattern::parse_list(&opts.shared_dirs)?;
     let cache = Arc::new(
         Cache::open(&opts.cache_dir)
             .with_context(|| format!("open cache {}", opts.cache_dir.display()))?,
@@ -168,6 +170,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         exec.clone(),
         opts.upstream.clone(),
         opts.pool_copies,
+        shared_dirs,
     )?);
     match &state.upstream {
         Some(up) => {

@@ -1,5 +1,6 @@
 //! What every service shares: the cache and stager (whose ledger holds the counters, flushed
-//! by `ledger_flush`), the action-cache store, the upstream (if any), the draining
+//! by `ledger_flush`), the action-cache store, the upstream (if any), the shared cache
+//! directories (if any), the draining
 //! flag set on shutdown and the count of background tasks. What one service needs alone it
 //! owns (the execution service its operations, job slots, prespawn pool and janitor;
 //! ByteStream its uploads); the server asks the execution service how busy it is through
@@ -9,6 +10,7 @@ use crate::ac_store::AcStore;
 use crate::activity::Activity;
 use crate::ledger_flush::LedgerFlush;
 use crate::upstream::Upstream;
+use clonestage_engine::shared::{Pattern, SharedDirs};
 use clonestage_engine::{Cache, Stager};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +21,8 @@ pub(crate) struct State {
     pub ac: Arc<AcStore>,
     /// The team's cache behind this one, if any (`upstream`).
     pub upstream: Option<Arc<Upstream>>,
+    /// The shared cache directories linked into roots (`--shared-dir`); None: turned off.
+    pub shared: Option<Arc<SharedDirs>>,
     /// The execution service's activity (`execution::ExecState`).
     activity: Arc<dyn Activity>,
     draining: AtomicBool,
@@ -36,6 +40,7 @@ impl State {
         activity: Arc<dyn Activity>,
         upstream: Option<crate::upstream::UpstreamOptions>,
         pool_copies: usize,
+        shared: Vec<Pattern>,
     ) -> anyhow::Result<State> {
         let mut stager = Stager::new(cache.clone()).with_limits(limits);
         // Ready copies of hot subtrees (the engine's `stage::pool`); a stale pool is emptied.
@@ -52,6 +57,14 @@ impl State {
         } else if let Err(e) = stager.enable_pool(bounds) {
             tracing::warn!(error = %e, "no pool of ready subtrees: every subtree is staged per action");
         }
+        let shared = if shared.is_empty() {
+            tracing::info!("no shared cache directories (--shared-dir none): every root starts with empty compiler caches");
+            None
+        } else {
+            let list: Vec<&str> = shared.iter().map(|p| p.as_str()).collect();
+            tracing::info!(patterns = %list.join(","), "shared cache directories (docs/module-cache.md)");
+            Some(Arc::new(SharedDirs::open(&cache, shared)?))
+        };
         let ledger_flush = Arc::new(LedgerFlush::new(stager.ledger().clone(), activity.clone()));
         let upstream = match upstream {
             Some(o) => Some(Upstream::new(o, cache.clone(), stager.ledger().clone())?),
@@ -66,6 +79,7 @@ impl State {
             background: AtomicUsize::new(0),
             ledger_flush,
             upstream,
+            shared,
         })
     }
 

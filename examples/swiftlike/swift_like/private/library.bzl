@@ -18,9 +18,22 @@ subtree's Merkle tree once per build.
 The arguments go through a params file (`@file`), as SwiftCompile's do: with
 ~2,000 inputs the command line would be long, and under remote execution the
 params file becomes one more staged input.
+
+Implicit modules, as rules_swift sets them up with its default feature
+`swift.use_global_module_cache` (docs/module-cache.md cites the lines): the
+compiler gets `--module-cache-path <bin_dir>/_swift_module_cache`, a directory
+no action declares, and imports `implicit_imports` (system modules of the
+stand-in SDK, @swiftlike_xcode, outside every action's inputs) and
+`c_modules` (workspace modules whose module maps are inputs) through it. Each
+module costs `--define=swiftlike_module_ms=N` (default 150) CPU ms to build;
+`Name.modcache` lists, per module, whether this compile loaded, built or
+waited for it. The action runs the compiler through //compiler:worker_like,
+as rules_swift runs swiftc through its worker: two executed inputs.
+`--define=swiftlike_work_ms=N` (default 0) adds type-checking CPU time.
 """
 
 load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")
+load("@swiftlike_xcode//:sdkroot.bzl", "SDKROOT")
 load(":providers.bzl", "SwiftLikeInfo")
 
 # Bytes the module file is padded to, per --//:scale. Object files get half.
@@ -69,6 +82,8 @@ def _swift_like_library_impl(ctx):
     module = ctx.actions.declare_file(module_name + ".swiftmodule")
     doc = ctx.actions.declare_file(module_name + ".swiftdoc")
     obj = ctx.actions.declare_file(module_name + ".o")
+    report = ctx.actions.declare_file(module_name + ".modcache")
+    c_module_files = []
 
     args = ctx.actions.args()
     args.use_param_file("@%s", use_always = True)
@@ -87,11 +102,32 @@ def _swift_like_library_impl(ctx):
     for sdk in sdk_sets:
         args.add_all(sdk, before_each = "--sdk")
 
+    # rules_swift: `-module-cache-path <bin_dir>/_swift_module_cache`.
+    args.add("--module-cache-path", ctx.bin_dir.path + "/_swift_module_cache")
+    args.add("--sdkroot", SDKROOT)
+    imports = list(ctx.attr.implicit_imports)
+    if ctx.attr.ui and "SwiftUI" not in imports:
+        imports.append("SwiftUI")  # UI libraries import SwiftUI (and so UIKit, Combine)
+    args.add_all(imports, before_each = "--implicit-import")
+    for target, name in ctx.attr.c_modules.items():
+        maps = [f for f in target.files.to_list() if f.basename == "module.modulemap"]
+        if len(maps) != 1:
+            fail("c_modules: %s must hold exactly one module.modulemap" % target.label)
+        args.add("--clang-module", "%s=%s" % (name, maps[0].path))
+        c_module_files.append(target.files)
+    args.add("--implicit-module-ms", ctx.var.get("swiftlike_module_ms", "150"))
+    args.add("--work-ms", ctx.var.get("swiftlike_work_ms", "0"))
+    args.add("--modcache-report", report)
+
+    # The worker runs the compiler: both are executed inputs, as in rules_swift.
+    worker_args = ctx.actions.args()
+    worker_args.add(ctx.executable._compiler)
     ctx.actions.run(
-        executable = ctx.executable._compiler,
-        arguments = [args],
-        inputs = depset(srcs, transitive = [transitive_modules] + sdk_sets),
-        outputs = [module, doc, obj],
+        executable = ctx.executable._worker,
+        tools = [ctx.attr._compiler[DefaultInfo].files_to_run],
+        arguments = [worker_args, args],
+        inputs = depset(srcs, transitive = [transitive_modules] + sdk_sets + c_module_files),
+        outputs = [module, doc, obj, report],
         mnemonic = "SwiftCompile",
         progress_message = "Compiling Swift module %s" % module_name,
         # --action_env reaches the compiler (CLONESTAGE_EXPECT_STAGED).
@@ -107,7 +143,7 @@ def _swift_like_library_impl(ctx):
         line += " %s=%s" % (dep.module_name, dep.module.short_path)
 
     return [
-        DefaultInfo(files = depset([module, doc, obj])),
+        DefaultInfo(files = depset([module, doc, obj, report])),
         SwiftLikeInfo(
             manifest_lines = depset([line], transitive = [dep.manifest_lines for dep in deps]),
             module = module,
@@ -120,9 +156,18 @@ swift_like_library = rule(
     implementation = _swift_like_library_impl,
     doc = "A library compiled by one SwiftCompile-like action; see the file's docstring.",
     attrs = {
+        "c_modules": attr.label_keyed_string_dict(
+            doc = "Workspace C modules this library imports: a target holding one " +
+                  "module.modulemap (and its headers), keyed to the module's name.",
+            allow_files = True,
+        ),
         "deps": attr.label_list(
             doc = "swift_like_library targets this module imports.",
             providers = [SwiftLikeInfo],
+        ),
+        "implicit_imports": attr.string_list(
+            doc = "System modules of the stand-in SDK the sources import.",
+            default = ["Foundation"],
         ),
         "module_name": attr.string(
             doc = "The module's name; defaults to the target's name.",
@@ -145,6 +190,11 @@ swift_like_library = rule(
             cfg = "exec",
         ),
         "_scale": attr.label(default = "//:scale"),
+        "_worker": attr.label(
+            default = "//compiler:worker_like",
+            executable = True,
+            cfg = "exec",
+        ),
         "_sdk_base": attr.label(default = "//sdk:base"),
         "_sdk_ui": attr.label(default = "//sdk:ui"),
     },

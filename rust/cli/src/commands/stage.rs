@@ -25,6 +25,9 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         working_dir: String::new(),
         method: a.method,
         symlinks: a.symlinks,
+        // Shared cache directories are the server's (`serve --shared-dir`): a root staged by
+        // hand is private.
+        shared: None,
         // Testing hook, only in builds with the `fault-injection` feature: fail after N
         // files, to prove a failed stage leaves nothing behind.
         #[cfg(feature = "fault-injection")]

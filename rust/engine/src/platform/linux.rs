@@ -165,7 +165,9 @@ pub fn remove_tree_container_at(parent: &Dir, name: &CStr, ino: u64) -> io::Resu
 }
 
 /// `renameat2(RENAME_NOREPLACE)`: relative to open directories, so the stager's final rename
-/// walks no path (`AT_FDCWD` for path forms).
+/// walks no path (`AT_FDCWD` for path forms). The system call itself (Linux 3.15+), not glibc's
+/// wrapper, which glibc has only from 2.28: the release binaries run on glibc 2.17+
+/// (tools/release.sh), and linking them against 2.17 fails on the wrapper.
 pub fn rename_noreplace_at(
     from_dir: RawFd,
     from: &CStr,
@@ -173,6 +175,16 @@ pub fn rename_noreplace_at(
     to: &CStr,
 ) -> io::Result<()> {
     let flags = libc::RENAME_NOREPLACE;
-    check(unsafe { libc::renameat2(from_dir, from.as_ptr(), to_dir, to.as_ptr(), flags) })?;
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            from_dir,
+            from.as_ptr(),
+            to_dir,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    check(rc as libc::c_int)?;
     Ok(())
 }

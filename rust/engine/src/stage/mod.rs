@@ -10,6 +10,10 @@
 //! root to each declared output's parent exists and is 0o755; hardlinked files are never
 //! chmod'ed, utime'd or opened for writing; symlinks are recreated, never followed; the empty
 //! file is created directly.
+//!
+//! One deliberate exception (docs/permissions.md, "Shared cache directories"): where a pattern
+//! of the stager's `SharedDirs` matches a path the action does not declare, that path is a
+//! symlink to a persistent directory shared by every root (`shared_map`), its chain writable.
 
 mod device;
 mod fill;
@@ -20,6 +24,7 @@ mod outputs;
 mod place;
 mod plan;
 pub mod pool;
+mod shared_map;
 mod staged;
 mod subtree;
 mod tamper;
@@ -29,11 +34,14 @@ mod tests;
 mod tests_hostile;
 #[cfg(test)]
 mod tests_ledger;
+#[cfg(test)]
+mod tests_shared;
 
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
 pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
 pub use pool::{Discard, Loan, Pool, PoolBounds, POOL_MIN_ENTRIES};
+pub use shared_map::MAX_PER_PATTERN as SHARED_MAX_PER_PATTERN;
 pub use staged::StagedRoot;
 pub use subtree::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
 
@@ -42,6 +50,7 @@ use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::ledger::Ledger;
 use crate::platform::{self, cstr, Dir};
+use crate::shared::SharedDirs;
 use crate::tree::{self, SymlinkPolicy};
 use modes::Modes;
 use std::collections::HashSet;
@@ -65,6 +74,9 @@ pub struct StageRequest {
     pub working_dir: String,
     pub method: MethodPreference,
     pub symlinks: SymlinkPolicy,
+    /// Shared cache directories to link into the root where their patterns match
+    /// (`crate::shared`, `shared_map`); None: none.
+    pub shared: Option<Arc<SharedDirs>>,
     /// Testing (cargo feature `fault-injection`, absent from default builds): fail after
     /// placing this many files (proves cleanup).
     #[cfg(feature = "fault-injection")]
@@ -224,6 +236,21 @@ impl Stager {
             .iter()
             .map(|o| tree::check_output_path(o))
             .collect::<Result<_>>()?;
+        // Shared cache directories: matched against the tree and the outputs' chains, held
+        // (`Lease`) before anything is built, their chains made writable like an output's.
+        let shared = match &req.shared {
+            Some(s) if !s.patterns().is_empty() => {
+                let m = shared_map::expand(&plan, &req.root, s.patterns(), &outputs)?;
+                Some((s.lease(&m.rels)?, m))
+            }
+            _ => None,
+        };
+        let shared_rels: Vec<Vec<&str>> = shared
+            .iter()
+            .flat_map(|(l, _)| l.dirs())
+            .map(|(rel, _)| rel.split('/').collect())
+            .collect();
+        let writable: Vec<Vec<&str>> = outputs.iter().chain(&shared_rels).cloned().collect();
         let plan_us = t_plan.elapsed().as_micros() as u64;
 
         let key = device::Devices::key_of(&self.cache, &parent_dir).ctx("fstat", &parent)?;
@@ -252,7 +279,7 @@ impl Stager {
                 costs: (prof.file_us, prof.tree_clone_us),
                 modes: self.modes,
                 pool: self.pool.as_deref(),
-                no_pool: outputs
+                no_pool: writable
                     .iter()
                     .flat_map(|parts| (1..=parts.len()).map(|i| tmp.join(parts[..i].join("/"))))
                     .collect(),
@@ -267,7 +294,11 @@ impl Stager {
         let root_dir = parent_dir.mkdir_at(&tmp_c, 0o755).ctx("mkdir", &tmp)?;
         let filled = b
             .fill(&root_dir, &tmp, &req.root, true)
-            .and_then(|_| outputs::make_output_parents(&root_dir, &tmp, &outputs))
+            .and_then(|_| outputs::make_output_parents(&root_dir, &tmp, &writable))
+            .and_then(|_| match &shared {
+                Some((lease, _)) => shared_map::link(&root_dir, &tmp, lease.dirs()),
+                None => Ok(()),
+            })
             .and_then(|_| {
                 if self.modes.root_exact {
                     Ok(())
@@ -307,6 +338,17 @@ impl Stager {
 
         let micros = t0.elapsed().as_micros() as u64;
         let mut counters = built.counters;
+        if let Some((lease, m)) = &shared {
+            for (k, v) in [
+                ("shared_dirs_linked", lease.dirs().len() as u64),
+                ("shared_dirs_declared", m.declared),
+                ("shared_dirs_over_limit", m.over_limit),
+            ] {
+                if v > 0 {
+                    *counters.extra.entry(k.into()).or_default() += v;
+                }
+            }
+        }
         counters.stages = 1;
         counters.stage_us_total = micros;
         let estimates_due = self
@@ -336,6 +378,7 @@ impl Stager {
             cache: self.cache.clone(),
             loans: built.loans,
             pool: self.pool.clone(),
+            shared: shared.map(|(lease, _)| lease),
             _pin: pin,
         };
         self.ledger

@@ -1,5 +1,5 @@
 //! A staged root as the stager hands it over: what it holds (its pin, the cache inodes it
-//! hardlinked, the copies it took from the pool) and what the caller does with it after the
+//! hardlinked, the copies it took from the pool, the shared directories linked into it) and what the caller does with it after the
 //! action (`check_inputs`, `take_loans`).
 
 use super::place;
@@ -8,6 +8,7 @@ use super::tamper;
 use crate::cas::{Cache, PinGuard};
 use crate::digest::Digest;
 use crate::ledger::Ledger;
+use crate::shared::Lease;
 use crate::stats::Counters;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct StagedRoot {
     /// Copies taken from the pool (see `take_loans`).
     pub(super) loans: Vec<Loan>,
     pub(super) pool: Option<Arc<Pool>>,
+    /// The shared cache directories linked into this root, held until it is dropped.
+    pub(super) shared: Option<Lease>,
     pub(super) _pin: PinGuard,
 }
 
@@ -45,6 +48,17 @@ impl Drop for StagedRoot {
 }
 
 impl StagedRoot {
+    /// The shared cache directories linked into this root: (action-relative path, the
+    /// persistent directory it links to).
+    pub fn shared_dirs(&self) -> &[(String, PathBuf)] {
+        self.shared.as_ref().map_or(&[], |l| l.dirs())
+    }
+
+    /// Let go of the shared directories (a clear waits for every root holding one).
+    pub fn release_shared(&mut self) {
+        self.shared = None;
+    }
+
     /// How many subtrees this root took from the pool.
     pub fn pooled(&self) -> usize {
         self.loans.len()

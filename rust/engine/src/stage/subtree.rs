@@ -106,9 +106,9 @@ impl<'a> Subtrees<'a> {
         let entry = self.cache.subtree_path(d);
         if std::fs::symlink_metadata(&entry).is_ok() {
             let remeasure = !pays
-                && SKIPPED_HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                    % SUBTREE_REMEASURE_EVERY
-                    == 0;
+                && SKIPPED_HITS
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    .is_multiple_of(SUBTREE_REMEASURE_EVERY);
             if !pays && !remeasure {
                 return Take::PerFile;
             }

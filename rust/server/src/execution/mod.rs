@@ -13,6 +13,8 @@
 //! tampering, and without the Action's `do_not_cache`. Apple actions get the DEVELOPER_DIR,
 //! SDKROOT and TMPDIR Bazel's local provider would give them (`apple_env`; docs/xcode.md);
 //! an Xcode the host lacks is a failed action whose stderr names it (`answer::host_lacks`).
+//! An action that crashed on a shared cache directory linked into its root (a compiler's
+//! module cache, `shared_crash`) gets those directories cleared and runs once more.
 
 mod answer;
 pub(crate) mod apple_env;
@@ -24,6 +26,7 @@ pub(crate) mod operations;
 pub(crate) mod prespawn;
 mod respond;
 pub(crate) mod run;
+mod shared_crash;
 pub(crate) mod spawn;
 pub(crate) mod workdir;
 

@@ -205,7 +205,7 @@ impl Operations {
             o.finished
                 .lock()
                 .unwrap()
-                .map_or(true, |t| t.elapsed() < KEEP_FINISHED)
+                .is_none_or(|t| t.elapsed() < KEEP_FINISHED)
         });
         map.insert(name, op.clone());
         op

@@ -4,7 +4,8 @@
 //!    in the action cache (and on a local miss in the upstream's, `upstream`) unless
 //!    `skip_cache_lookup` or `do_not_cache` says not to;
 //! 2. `take_job_slot`: wait for one of the `--jobs` slots (or for shutdown);
-//! 3. `run_and_record`: run it (`run`: stage -> spawn -> outputs) and put a cacheable result
+//! 3. `run_and_record`: run it (`run`: stage -> spawn -> outputs; once more after `recover`
+//!    when it crashed on a shared cache directory) and put a cacheable result
 //!    into the action cache (and, with an upstream, queue its upload in the background:
 //!    `enqueue_upload`);
 //! 4. `record_figures`: the action's figures into the stager's ledger (which holds the stage's
@@ -279,7 +280,10 @@ fn run_and_record(
     t: Timeline,
 ) -> Result<Executed, Failure> {
     op.set_stage(pb::execution_stage::Value::Executing);
-    let mut ex = run::run_action(state, exec, p, &op.control, t)?;
+    let mut ex = run::run_action(state, exec, p, &op.control, t.clone())?;
+    if !ex.crashed_caches.is_empty() {
+        ex = recover(state, exec, p, op, t, ex)?;
+    }
     ex.recorded = cacheable(state, p, &ex);
     if ex.recorded {
         if let Err(f) = state.ac.put(&p.digest, &ex.result) {
@@ -287,6 +291,48 @@ fn run_and_record(
         }
     }
     Ok(ex)
+}
+
+/// Step 3's recovery: the action crashed on shared cache directories (`shared_crash`). This
+/// root lets go of them, each is cleared once no other root holds it, and the action runs
+/// once more; the second result is the answer, whatever it is.
+fn recover(
+    state: &State,
+    exec: &ExecState,
+    p: &Prepared,
+    op: &Op,
+    t: Timeline,
+    mut first: Executed,
+) -> Result<Executed, Failure> {
+    let Some(shared) = &state.shared else {
+        return Ok(first);
+    };
+    let named = std::mem::take(&mut first.crashed_caches);
+    first.leftovers.staged.release_shared();
+    first
+        .leftovers
+        .discard(&exec.janitor, state.stager.pool(), &state.cache);
+    for rel in &named {
+        match shared.clear(rel) {
+            Ok(bytes) => tracing::warn!(
+                action = %p.digest,
+                dir = %rel,
+                at = %shared.path_for(rel).display(),
+                bytes,
+                exit = first.stats.exit_code,
+                "the action crashed on a shared cache directory: cleared it, running the action again"
+            ),
+            Err(e) => {
+                tracing::warn!(action = %p.digest, dir = %rel, error = %e, "cannot clear a shared cache directory")
+            }
+        }
+    }
+    state.count("shared_dir_recoveries");
+    let again = run::run_action(state, exec, p, &op.control, t)?;
+    if again.stats.exit_code != 0 {
+        state.count("shared_dir_recoveries_failed");
+    }
+    Ok(again)
 }
 
 /// Step 4: the stage's counters, root and cost estimates are in the stager's ledger already;

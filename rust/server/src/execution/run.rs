@@ -1,5 +1,5 @@
 //! One action, start to end, on a blocking thread: make a work dir, stage the input root with
-//! the engine (outputs' parents writable), run the command through the spawn wrapper, check
+//! the engine (outputs' parents writable, shared cache directories linked), run the command through the spawn wrapper, check
 //! that no hardlinked input was written through, move outputs, stdout and stderr into the CAS,
 //! and describe it all in an `ActionResult` with its timestamps and staging figures. The work
 //! dir is removed on every path out (`WorkDir` drop), the input root unpinned with it; after a
@@ -35,6 +35,9 @@ pub(crate) struct Executed {
     pub leftovers: Leftovers,
     /// Whether the result went into the action cache (`respond` decides).
     pub recorded: bool,
+    /// Shared cache directories (action-relative paths) the command crashed on
+    /// (`shared_crash`): `respond` clears them and runs the action again.
+    pub crashed_caches: Vec<String>,
 }
 
 /// What is left to clean after an action: dropping it removes the work dir and unpins the
@@ -102,6 +105,7 @@ pub(crate) fn run_action(
             working_dir: p.working_dir.clone(),
             method: MethodPreference::Auto,
             symlinks: SymlinkPolicy::default(),
+            shared: state.shared.clone(),
             ..Default::default()
         })
         .map_err(Failure::from)?;
@@ -152,6 +156,9 @@ pub(crate) fn run_action(
         )));
     }
 
+    // Before stderr moves into the CAS: did the command crash on a shared cache directory?
+    let crashed_caches = super::shared_crash::named_caches(&stats, &stderr, staged.shared_dirs());
+
     t.upload_start = now();
     let mut r = pb::ActionResult {
         exit_code: stats.exit_code,
@@ -200,5 +207,6 @@ pub(crate) fn run_action(
         spawn_us,
         leftovers: Leftovers { staged, work },
         recorded: false,
+        crashed_caches,
     })
 }

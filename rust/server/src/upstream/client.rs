@@ -329,5 +329,5 @@ fn write_requests(
 
 /// An absent status or code 0.
 fn status_ok(s: Option<&bazel_remote_apis::google::rpc::Status>) -> bool {
-    s.map_or(true, |s| s.code == 0)
+    s.is_none_or(|s| s.code == 0)
 }

@@ -66,8 +66,8 @@ impl Credentials {
         let valid = st
             .fetched
             .as_ref()
-            .is_some_and(|f| f.expires.map_or(true, |t| SystemTime::now() < t));
-        let may_retry = st.last_failure.map_or(true, |t| t.elapsed() >= RETRY_AFTER);
+            .is_some_and(|f| f.expires.is_none_or(|t| SystemTime::now() < t));
+        let may_retry = st.last_failure.is_none_or(|t| t.elapsed() >= RETRY_AFTER);
         if !valid && may_retry {
             match run_helper(helper, &self.url) {
                 Ok(f) => {

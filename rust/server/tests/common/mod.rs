@@ -151,6 +151,7 @@ impl TestServer {
             evict_every: None,
             upstream: None,
             pool_copies: clonestage_engine::stage::PoolBounds::default().copies,
+            shared_dirs: Vec::new(),
         }
     }
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# tests/module/release_binaries_test.sh: tools/release.sh's prebuilt helpers, for the four
+# platforms: what each archive holds, that the macOS binaries are linked Mach-O for their arch
+# with the stated minimum macOS and only system libraries, that the Linux ones need no glibc
+# above 2.17, that the host's run, that the source archive carries the matching table, and
+# that a second run gives the same bytes.
+#
+# Usage: tests/module/release_binaries_test.sh [OUT]
+#   OUT  keep the first run's release there (tests/run.sh hands it to tests/consumer as
+#        CLONESTAGE_RELEASE_OUT, so each archive is cross-built once per CI run); default: a
+#        temporary directory, removed.
+# Env: RELEASE_PLATFORMS (default: release.sh's four), RELEASE_TARGET_DIR (cargo's target
+#      directory, default rust/target/release-archives: cold on a fresh clone, ~4-8 min per
+#      platform on 2 cores; warm after that).
+#
+# Contract: builds the checkout's committed HEAD (tools/release.sh --ref HEAD, tag v<MODULE
+# version>); exits 0 when every case passes, 1 with the failed case; prints each run's time.
+# What the second run proves: release.sh exports the commit afresh and compiles clonestage's
+# own crates and the spawn wrapper again, links, packs and writes the table again, and all of
+# it comes out byte for byte the same. The crates.io dependencies are compiled once, by the
+# first run, and reused (cargo's fingerprints: same sources, flags and toolchain); that rustc
+# compiles them deterministically is not shown here (docs/binaries.md).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(git -C "$here" rev-parse --show-toplevel)
+work=$(mktemp -d)
+keep=${1:-}
+trap 'rm -rf "$work"' EXIT
+fail() { echo "release_binaries_test: FAIL: $*" >&2; exit 1; }
+
+version=$(python3 -c 'import re,sys; print(re.search(r"module\((?:[^)]*?)version\s*=\s*\"([^\"]+)\"", open(sys.argv[1]).read(), re.S).group(1))' "$root/MODULE.bazel")
+tag=v$version
+platforms=${RELEASE_PLATFORMS:-x86_64-unknown-linux-gnu,aarch64-unknown-linux-gnu,x86_64-apple-darwin,aarch64-apple-darwin}
+target_dir=${RELEASE_TARGET_DIR:-$root/rust/target/release-archives}
+out1=${keep:-$work/1}
+rm -rf "$out1"
+release() { # release OUT
+    "$root/tools/release.sh" "$tag" --ref HEAD --platforms "$platforms" --target-dir "$target_dir" --out "$1"
+}
+
+t0=$SECONDS
+release "$out1" >"$work/run1.out" 2>"$work/run1.err" || { tail -n 40 "$work/run1.err"; fail "release.sh (first run)"; }
+echo "release_binaries_test: first run $((SECONDS - t0)) s ($platforms)"
+
+# 1. Each archive: exactly the two binaries, 0755, under its top directory; SHA256SUMS holds.
+IFS=, read -r -a triples <<<"$platforms"
+(cd "$out1" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not match the archives"
+[ "$(wc -l <"$out1/SHA256SUMS")" = "${#triples[@]}" ] || fail "SHA256SUMS lists $(wc -l <"$out1/SHA256SUMS") archives, want ${#triples[@]}"
+for t in "${triples[@]}"; do
+    dir=clonestage-$tag-$t
+    archive=$out1/$dir.tar.gz
+    [ -f "$archive" ] || fail "no $archive"
+    listing=$(tar -tvzf "$archive" | awk '{print $1, $2, $6}' | sort)
+    want=$(printf '%s\n' "drwxr-xr-x 0/0 $dir/" "-rwxr-xr-x 0/0 $dir/clonestage" "-rwxr-xr-x 0/0 $dir/clonestage-spawn" | sort)
+    [ "$listing" = "$want" ] || fail "$archive holds: $listing"
+    mkdir -p "$work/x/$t"
+    tar -xzf "$archive" -C "$work/x/$t"
+    bins=("$work/x/$t/$dir/clonestage" "$work/x/$t/$dir/clonestage-spawn")
+    # 2. Built for the platform: the Mach-O or ELF checks, then file(1)'s word on it.
+    python3 "$here/binary_check.py" "$t" "${bins[@]}" || fail "$t binaries (above)"
+    for b in "${bins[@]}"; do
+        what=$(file -b "$b")
+        case "$t" in
+            aarch64-apple-darwin) want_file="Mach-O 64-bit arm64 executable" ;;
+            x86_64-apple-darwin) want_file="Mach-O 64-bit x86_64 executable" ;;
+            aarch64-unknown-linux-gnu) want_file="ELF 64-bit LSB .*ARM aarch64" ;;
+            x86_64-unknown-linux-gnu) want_file="ELF 64-bit LSB .*x86-64" ;;
+        esac
+        grep -Eq "^$want_file" <<<"$what" || fail "file(1) on $t's ${b##*/}: $what"
+        echo "release_binaries_test: $t ${b##*/}: ${what%%, *}"
+    done
+    # 3. The host's binaries run here.
+    if [ "$t" = "$(uname -m)-unknown-linux-gnu" ]; then
+        got=$("${bins[0]}" --version)
+        [ "$got" = "clonestage $version" ] || fail "$t clonestage --version: '$got', want 'clonestage $version'"
+        rc=0
+        "${bins[1]}" -- /bin/sh -c 'exit 3' || rc=$?
+        [ "$rc" = 3 ] || fail "$t clonestage-spawn -- sh -c 'exit 3' exited $rc, want 3"
+    fi
+done
+
+# 4. The source archive carries the table of exactly these archives, and passes the static
+# module check (which holds the filled table to MODULE.bazel's version).
+src_archive=$(sed -n 1p "$work/run1.out")
+[ -f "$src_archive" ] || fail "release.sh printed no source archive ($src_archive)"
+mkdir "$work/src" && tar -xzf "$src_archive" -C "$work/src"
+top=$(ls "$work/src")
+python3 - "$work/src/$top/private/binaries_table.bzl" "$out1/SHA256SUMS" "$version" "$tag" <<'EOF' || fail "the source archive's table"
+import ast, sys
+table, sums, version, tag = sys.argv[1:]
+vals = {t.id: ast.literal_eval(n.value) for n in ast.parse(open(table).read()).body
+        if isinstance(n, ast.Assign) for t in n.targets}
+want = {}
+for line in open(sums):
+    sha, name = line.split()
+    want[name[len("clonestage-" + tag + "-"):-len(".tar.gz")]] = (sha, name)
+assert vals["CLONESTAGE_BINARIES_VERSION"] == version, vals["CLONESTAGE_BINARIES_VERSION"]
+assert {k: v for k, v in vals["CLONESTAGE_BINARY_SHA256S"].items()} == {k: v[0] for k, v in want.items()}, vals
+assert {k: u.rsplit("/", 1)[1] for k, u in vals["CLONESTAGE_BINARY_URLS"].items()} == {k: v[1] for k, v in want.items()}, vals
+EOF
+python3 "$here/check.py" "$work/src/$top" >"$work/check.out" || { cat "$work/check.out"; fail "check.py on the source archive"; }
+
+# 5. Reproducible: a second run, the same bytes.
+t0=$SECONDS
+release "$work/2" >/dev/null 2>"$work/run2.err" || { tail -n 40 "$work/run2.err"; fail "release.sh (second run)"; }
+echo "release_binaries_test: second run $((SECONDS - t0)) s"
+for f in "$out1"/*; do
+    cmp -s "$f" "$work/2/${f##*/}" || fail "${f##*/} differs between two runs"
+done
+[ "$(ls "$out1")" = "$(ls "$work/2")" ] || fail "the two runs wrote different files"
+echo "release_binaries_test: ok (${#triples[@]} platform archives, SHA256SUMS, the source archive; byte for byte the same twice)"
