@@ -516,6 +516,10 @@ async fn update_action_result_refuses_malformed_output_lists() {
         digest: Some(d.to_proto()),
         ..Default::default()
     };
+    let files = |paths: &[&str]| pb::ActionResult {
+        output_files: paths.iter().map(|p| file(p)).collect(),
+        ..Default::default()
+    };
     let tree = c
         .upload(&[encode(&pb::Tree {
             root: Some(pb::Directory::default()),
@@ -523,46 +527,21 @@ async fn update_action_result_refuses_malformed_output_lists() {
         })])
         .await[0];
     let cases: [(pb::ActionResult, &str); 5] = [
+        (files(&["o", "o"]), "'o' is reported twice"),
         (
             pb::ActionResult {
-                output_files: vec![file("o"), file("o")],
-                ..Default::default()
-            },
-            "'o' is reported twice",
-        ),
-        (
-            pb::ActionResult {
-                output_files: vec![file("o")],
                 output_directories: vec![pb::OutputDirectory {
                     path: "o".into(),
                     tree_digest: Some(tree.to_proto()),
                     ..Default::default()
                 }],
-                ..Default::default()
+                ..files(&["o"])
             },
             "'o' is reported twice",
         ),
-        (
-            pb::ActionResult {
-                output_files: vec![file("../../escape")],
-                ..Default::default()
-            },
-            "not allowed",
-        ),
-        (
-            pb::ActionResult {
-                output_files: vec![file("/abs")],
-                ..Default::default()
-            },
-            "relative",
-        ),
-        (
-            pb::ActionResult {
-                output_files: vec![file("a//o")],
-                ..Default::default()
-            },
-            "empty name",
-        ),
+        (files(&["../../escape"]), "not allowed"),
+        (files(&["/abs"]), "relative"),
+        (files(&["a//o"]), "empty name"),
     ];
     for (i, (result, want)) in cases.into_iter().enumerate() {
         let action = Digest::of_bytes(format!("malformed {i}").as_bytes());

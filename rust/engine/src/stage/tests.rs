@@ -72,6 +72,13 @@ fn req(root: Digest, dest: PathBuf) -> StageRequest {
     }
 }
 
+/// Stage `root` at `dest` by hardlinks (the inputs share the cache's inodes).
+fn stage_hardlinked(st: &Stager, root: Digest, dest: PathBuf) -> StagedRoot {
+    let mut r = req(root, dest);
+    r.method = MethodPreference::Hardlink;
+    st.stage(&r).unwrap()
+}
+
 fn leftovers(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -264,11 +271,7 @@ fn xattrs_on_a_hardlinked_input_need_write_permission_and_are_not_checked() {
     std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     sample(&t.path().join("src"), 2);
     let d = ingest(&st, &t.path().join("src"));
-    let stage = |name: &str| {
-        let mut r = req(d, t.path().join(name));
-        r.method = MethodPreference::Hardlink;
-        st.stage(&r).unwrap()
-    };
+    let stage = |name: &str| stage_hardlinked(&st, d, t.path().join(name));
     let a = stage("a");
     let victim = t.path().join("a/pkg/a.swift");
     let blob = st.cache().blob_path(&Digest::of_bytes(b"let x = 1\n"));
@@ -352,11 +355,7 @@ fn a_shared_tampered_inode_taints_every_root_that_holds_it_whoever_checks_first(
         let (t, st) = setup(&std::env::temp_dir());
         sample(&t.path().join("src"), 2);
         let d = ingest(&st, &t.path().join("src"));
-        let stage = |name: &str| {
-            let mut r = req(d, t.path().join(name));
-            r.method = MethodPreference::Hardlink;
-            st.stage(&r).unwrap()
-        };
+        let stage = |name: &str| stage_hardlinked(&st, d, t.path().join(name));
         let (a, b) = (stage("a"), stage("b"));
         append_through(&t.path().join("a/pkg/a.swift"));
         let blob = Digest::of_bytes(b"let x = 1\n");
