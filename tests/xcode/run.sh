@@ -10,7 +10,10 @@
 #   2. Xcode 16.1 with --spawn_strategy=remote: the action fails (exit 1), and Bazel prints
 #      its stderr, the server's message naming 16.1 and the installed 15.2;
 #   3. Xcode 16.1 under the strategy of --config=clonestage (remote,local with
-#      --remote_local_fallback): the same failure with the message, no silent local run.
+#      --remote_local_fallback): the same failure with the message, no silent local run;
+#   4. an SDK version the stub Xcode lacks (17.4): SDKROOT from `xcrun --sdk iphonesimulator`,
+#      the platform alone, as Bazel 8-9 ask for it.
+# Every action's TMPDIR is the server's own (started with TMPDIR=$tmp/action-tmp).
 #
 # Prints PASS/FAIL per check and "N passed, M failed"; exit 1 on any failure. Everything lives
 # in one temp dir (TMPDIR), removed on exit with the Bazel server and clonestage server it
@@ -22,8 +25,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 BIN="${CLONESTAGE_BIN:-$root/rust/target/release/clonestage}"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-xcode.XXXXXX")"
 tmp="$(cd "$tmp" && pwd -P)"
-passed=0
-failed=0
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/build.sh
+source "$root/tests/lib/build.sh"
 server_pid=""
 B=(bazel "--output_user_root=$tmp/bazel-root")
 
@@ -42,17 +47,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pass() {
-  passed=$((passed + 1))
-  echo "PASS: $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $1"
-  shift
-  for l in "$@"; do echo "      $l"; done
-}
-
 [ -x "$BIN" ] || {
   echo "no clonestage binary at $BIN (cargo build --release --bin clonestage)" >&2
   exit 1
@@ -60,12 +54,7 @@ fail() {
 spawn="${CLONESTAGE_SPAWN:-$root/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
 if [ ! -x "$spawn" ]; then
   spawn="$tmp/clonestage-spawn"
-  srcs=()
-  for f in "$root"/cc/*.cc; do
-    case "$f" in *-darwin.cc) continue ;; esac
-    srcs+=("$f")
-  done
-  "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$spawn" "${srcs[@]}" || {
+  cxx_spawn "$root" "$spawn" || {
     echo "cannot build the spawn wrapper" >&2
     exit 1
   }
@@ -80,11 +69,12 @@ printf '<plist><dict><key>CFBundleShortVersionString</key><string>15.2</string><
 printf '#!/bin/sh\necho %s\n' "$dev" >"$tools/xcode-select"
 printf '#!/bin/sh\nexit 0\n' >"$tools/mdfind"
 # shellcheck disable=SC2016 # the stub expands its own $2 and $DEVELOPER_DIR when it runs
-printf '#!/bin/sh\ncase "$2" in iphonesimulator17.2) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac\n' >"$tools/xcrun"
+printf '#!/bin/sh\ncase "$2" in iphonesimulator17.2|iphonesimulator) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac\n' >"$tools/xcrun"
 chmod 755 "$tools/xcode-select" "$tools/mdfind" "$tools/xcrun"
 
 cache="$tmp/cache"
-CLONESTAGE_APPLE_TOOLS="$tools" CLONESTAGE_LOG=info "$BIN" serve --cache "$cache" --jobs 1 \
+mkdir -p "$tmp/action-tmp"
+TMPDIR="$tmp/action-tmp" CLONESTAGE_APPLE_TOOLS="$tools" CLONESTAGE_LOG=info "$BIN" serve --cache "$cache" --jobs 1 \
   --spawn "$spawn" >"$tmp/serve.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
@@ -113,7 +103,7 @@ if build found.log 15.2 --spawn_strategy=remote &&
   grep -q '1 remote' "$tmp/found.log" &&
   grep -qx "DEVELOPER_DIR=$dev" bazel-bin/env.txt &&
   grep -qx "SDKROOT=$dev/SDKs/iphonesimulator17.2.sdk" bazel-bin/env.txt &&
-  grep -q '^TMPDIR=.' bazel-bin/env.txt; then
+  grep -qx "TMPDIR=$tmp/action-tmp" bazel-bin/env.txt; then
   pass "Xcode 15.2: DEVELOPER_DIR, SDKROOT and TMPDIR in the remote action's env"
 else
   fail "Xcode 15.2: DEVELOPER_DIR, SDKROOT and TMPDIR in the remote action's env" \
@@ -140,5 +130,13 @@ else
     "$(tail -8 "$tmp/fallback.log")"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+# 4. an SDK version the Xcode lacks: the platform alone (Bazel 8-9's xcrun --sdk <platform>)
+if build other-sdk.log 15.2 --spawn_strategy=remote --action_env=APPLE_SDK_VERSION_OVERRIDE=17.4 &&
+  grep -qx "SDKROOT=$dev/SDKs/iphonesimulator.sdk" bazel-bin/env.txt; then
+  pass "SDK 17.4, which Xcode 15.2 lacks: SDKROOT of the platform alone"
+else
+  fail "SDK 17.4, which Xcode 15.2 lacks: SDKROOT of the platform alone" \
+    "$(tail -5 "$tmp/other-sdk.log")" "$(grep -E 'SDKROOT' bazel-bin/env.txt 2>/dev/null)"
+fi
+
+finish

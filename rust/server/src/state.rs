@@ -32,17 +32,40 @@ pub(crate) struct State {
     pub ledger_flush: Arc<LedgerFlush>,
 }
 
+/// How the server's stager stages roots: `serve`'s tree limits, pool size, shared cache
+/// directories and Mach-O code policy.
+pub struct StagingOptions {
+    pub limits: clonestage_engine::stage::TreeLimits,
+    pub pool_copies: usize,
+    /// Checked patterns; empty turns sharing off.
+    pub shared: Vec<Pattern>,
+    pub code: clonestage_engine::stage::CodePolicy,
+}
+
 impl State {
     pub fn new(
         cache: Arc<Cache>,
         ac: Arc<AcStore>,
-        limits: clonestage_engine::stage::TreeLimits,
         activity: Arc<dyn Activity>,
         upstream: Option<crate::upstream::UpstreamOptions>,
-        pool_copies: usize,
-        shared: Vec<Pattern>,
+        staging: StagingOptions,
     ) -> anyhow::Result<State> {
-        let mut stager = Stager::new(cache.clone()).with_limits(limits);
+        let StagingOptions {
+            limits,
+            pool_copies,
+            shared,
+            code,
+        } = staging;
+        let mut stager = Stager::new(cache.clone())
+            .with_limits(limits)
+            .with_code_policy(code);
+        if code.preserves() {
+            tracing::info!(
+                preserve_inodes = code.preserve.name(),
+                min_link_age_ms = code.min_link_age.as_millis() as u64,
+                "Mach-O code inputs are staged as links to the cache's inodes (links younger than the minimum age come only from the pool)"
+            );
+        }
         // Ready copies of hot subtrees (the engine's `stage::pool`); a stale pool is emptied.
         let bounds = clonestage_engine::stage::PoolBounds {
             copies: pool_copies,

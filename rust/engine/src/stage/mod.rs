@@ -15,6 +15,7 @@
 //! of the stager's `SharedDirs` matches a path the action does not declare, that path is a
 //! symlink to a persistent directory shared by every root (`shared_map`), its chain writable.
 
+mod code_links;
 mod device;
 mod fill;
 mod limits;
@@ -24,6 +25,7 @@ mod outputs;
 mod place;
 mod plan;
 pub mod pool;
+mod request;
 mod shared_map;
 mod staged;
 mod subtree;
@@ -31,16 +33,20 @@ mod tamper;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_code;
+#[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
 mod tests_ledger;
 #[cfg(test)]
 mod tests_shared;
 
+pub use code_links::{CodePolicy, PreserveInodes};
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
 pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
 pub use pool::{Discard, Loan, Pool, PoolBounds, POOL_MIN_ENTRIES};
+pub use request::StageRequest;
 pub use shared_map::MAX_PER_PATTERN as SHARED_MAX_PER_PATTERN;
 pub use staged::StagedRoot;
 pub use subtree::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
@@ -50,8 +56,7 @@ use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::ledger::Ledger;
 use crate::platform::{self, cstr, Dir};
-use crate::shared::SharedDirs;
-use crate::tree::{self, SymlinkPolicy};
+use crate::tree;
 use modes::Modes;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
@@ -59,29 +64,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// What to stage, where.
-#[derive(Debug, Clone, Default)]
-pub struct StageRequest {
-    pub root: Digest,
-    /// Must not exist; its parent must.
-    pub dest: PathBuf,
-    /// Output paths relative to `working_dir` whose parent directories must be writable.
-    pub outputs: Vec<String>,
-    /// The command's working directory relative to the root ("" for the root), resolved
-    /// through the tree's own symlinks (never the host's) into `StagedRoot::working_dir`;
-    /// refused if it leaves the root.
-    pub working_dir: String,
-    pub method: MethodPreference,
-    pub symlinks: SymlinkPolicy,
-    /// Shared cache directories to link into the root where their patterns match
-    /// (`crate::shared`, `shared_map`); None: none.
-    pub shared: Option<Arc<SharedDirs>>,
-    /// Testing (cargo feature `fault-injection`, absent from default builds): fail after
-    /// placing this many files (proves cleanup).
-    #[cfg(feature = "fault-injection")]
-    pub fail_after_files: Option<usize>,
-}
 
 pub struct Stager {
     cache: Arc<Cache>,
@@ -95,6 +77,8 @@ pub struct Stager {
     seq: AtomicU64,
     /// Ready copies of hot subtrees (`with_pool`); None: every subtree is staged.
     pool: Option<Arc<Pool>>,
+    /// `--preserve-inodes`: which inputs keep the cache's inode (`code_links`).
+    code: CodePolicy,
 }
 
 impl Stager {
@@ -111,7 +95,19 @@ impl Stager {
             limits: TreeLimits::default(),
             seq: AtomicU64::new(0),
             pool: None,
+            code: CodePolicy::default(),
         }
+    }
+
+    /// Stage Mach-O code as links to the cache's inodes (`--preserve-inodes macho`), made in
+    /// roots or ahead in the pool's copies as `policy.min_link_age` allows (`code_links`).
+    pub fn with_code_policy(mut self, policy: CodePolicy) -> Stager {
+        self.code = policy;
+        self
+    }
+
+    pub fn code_policy(&self) -> CodePolicy {
+        self.code
     }
 
     /// Keep a pool of ready copies of hot subtrees in `<cache>/pool/` (emptied now: an earlier
@@ -212,6 +208,10 @@ impl Stager {
         }
         let pin = self.cache.pin(&req.root)?;
         let quarantine_mark = self.cache.quarantine_mark();
+        if self.code.preserves() {
+            // Code blobs another process recorded since the last stage (one stat if none).
+            self.cache.refresh_code_record();
+        }
         let t_plan = Instant::now();
         let plan = plan::Plan::load(
             &self.cache,
@@ -278,6 +278,8 @@ impl Stager {
                 tree_clone,
                 costs: (prof.file_us, prof.tree_clone_us),
                 modes: self.modes,
+                code: self.code,
+                code_mode: self.code.in_roots(),
                 pool: self.pool.as_deref(),
                 no_pool: writable
                     .iter()
