@@ -18,6 +18,7 @@
 
 use super::action::{self, Prepared};
 use super::answer;
+use super::cleanup::Leftovers;
 use super::exec_state::ExecState;
 use super::metadata::{self, Timeline};
 use super::operations::Op;
@@ -286,9 +287,7 @@ fn recover(
     };
     let named = std::mem::take(&mut first.crashed_caches);
     first.leftovers.staged.release_shared();
-    first
-        .leftovers
-        .discard(&exec.janitor, state.stager.pool(), &state.cache);
+    discard(state, exec, first.leftovers);
     for rel in &named {
         match shared.clear(rel) {
             Ok(bytes) => tracing::warn!(
@@ -317,16 +316,23 @@ fn recover(
 /// the work dir is removed in the background: none of it delays the response.
 fn record_figures(
     state: &Arc<State>,
-    exec: &ExecState,
-    leftovers: run::Leftovers,
+    exec: &Arc<ExecState>,
+    leftovers: Leftovers,
     figures: server_counters::ActionFigures,
 ) {
     state
         .stager
         .ledger()
         .add(|c| server_counters::add_action(c, &figures));
-    let janitor = exec.janitor.clone();
-    state.background(move |state| leftovers.discard(&janitor, state.stager.pool(), &state.cache));
+    let exec = exec.clone();
+    state.background(move |state| discard(state, &exec, leftovers));
+}
+
+/// An answered run's leftovers (`cleanup`): the root unpinned now, the work dir to the
+/// janitor, its pooled copies back to the pool first.
+fn discard(state: &State, exec: &ExecState, leftovers: Leftovers) {
+    exec.janitor
+        .push_discarded(leftovers.discard(state.stager.pool(), &state.cache));
 }
 
 fn log_ran(
