@@ -5,8 +5,8 @@
 //! With an upstream (`upstream`), a local miss asks it (read-through), and with
 //! `--upstream-write all` an updated result is queued for upload too.
 
-use crate::ac_store::inline_std;
 use crate::failure::{blocking, check_digest_function, digest_arg, Failure};
+use crate::inline_std::inline_std;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use pb::action_cache_server::ActionCache;

@@ -26,6 +26,7 @@ pub mod client;
 mod eviction;
 mod execution;
 mod failure;
+mod inline_std;
 mod layout;
 mod ledger_flush;
 mod listen;

@@ -4,8 +4,8 @@
 //! (its `status`, the way Bazel reads it).
 
 use super::spawn::SpawnStats;
-use crate::ac_store::inline_std;
 use crate::failure::Failure;
+use crate::inline_std::inline_std;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::rpc;
@@ -30,8 +30,14 @@ pub(super) fn error(f: &Failure) -> pb::ExecuteResponse {
     }
 }
 
-/// The action cache had the result.
-pub(super) fn cache_hit(hit: pb::ActionResult) -> pb::ExecuteResponse {
+/// The action cache had the result; its stdout and stderr inline when the client asked
+/// (`inline`: the request's `inline_stdout` and `inline_stderr`).
+pub(super) fn cache_hit(
+    cache: &Cache,
+    mut hit: pb::ActionResult,
+    inline: (bool, bool),
+) -> pb::ExecuteResponse {
+    inline_std(cache, &mut hit, inline.0, inline.1);
     pb::ExecuteResponse {
         result: Some(hit),
         cached_result: true,

@@ -23,7 +23,6 @@ use super::exec_state::ExecState;
 use super::metadata::{self, Timeline};
 use super::operations::Op;
 use super::run::{self, Executed};
-use crate::ac_store::inline_std;
 use crate::failure::{blocking, Failure};
 use crate::server_counters;
 use crate::state::State;
@@ -35,8 +34,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 /// What the first trip to the blocking pool found.
 enum Checked {
-    /// The action cache answered.
-    Hit(pb::ActionResult),
+    /// The action cache had the result: the answer.
+    Hit(Box<pb::ExecuteResponse>),
     /// Checked, not in the cache; waits for a job slot.
     Ready(Prepared),
     /// A job slot was free at once, so the action also ran in the same trip.
@@ -103,7 +102,7 @@ async fn attempt(
     let (prepared, ran) = match checked {
         Ok(Checked::Hit(hit)) => {
             tracing::debug!(action = %digest, "action cache hit");
-            return Attempt::Done(Box::new(answer::cache_hit(hit)));
+            return Attempt::Done(hit);
         }
         Ok(Checked::Ran(ran)) => *ran,
         Ok(Checked::Ready(p)) => {
@@ -203,7 +202,7 @@ async fn check_and_look_up(
     let early = exec.jobs.clone().try_acquire_owned().ok();
     let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
     let skip = req.skip_cache_lookup;
-    let (so, se) = (req.inline_stdout, req.inline_stderr);
+    let inline = (req.inline_stdout, req.inline_stderr);
     let rt = tokio::runtime::Handle::current();
     blocking(move || {
         let p = action::prepare(&state.cache, digest)?;
@@ -220,10 +219,13 @@ async fn check_and_look_up(
             }
         };
         // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
-        if let Some(mut hit) = hit {
+        if let Some(hit) = hit {
             state.count("action_cache_hits");
-            inline_std(&state.cache, &mut hit, so, se);
-            return Ok(Checked::Hit(hit));
+            return Ok(Checked::Hit(Box::new(answer::cache_hit(
+                &state.cache,
+                hit,
+                inline,
+            ))));
         }
         match early {
             Some(permit) => {
