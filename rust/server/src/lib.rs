@@ -33,7 +33,7 @@ mod listen;
 mod result_digests;
 mod rpc_timing;
 mod server;
-mod server_counters;
+pub mod server_counters;
 mod server_lock;
 mod state;
 mod upstream;

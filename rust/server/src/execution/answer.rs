@@ -6,6 +6,7 @@
 use super::spawn::SpawnStats;
 use crate::failure::Failure;
 use crate::inline_std::inline_std;
+use crate::server_counters;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::rpc;
@@ -70,7 +71,7 @@ pub(super) fn ran(state: &Arc<State>, ran: Ran, req: &pb::ExecuteRequest) -> pb:
         // missing, Bazel uploads them again and the action runs on clean inputs; an
         // action that writes its own inputs each time fails again after Bazel's
         // bounded retries (--remote_retries), with this message.
-        state.count("tainted_actions");
+        state.count(server_counters::TAINTED_ACTIONS);
         rpc::Status {
             code: Code::Aborted as i32,
             message: format!(

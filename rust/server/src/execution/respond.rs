@@ -78,7 +78,7 @@ pub(super) async fn respond(
         round += 1;
         if fetched == 0 {
             tracing::info!(action = %digest, error = %f.message(), "action refused");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             return answer::error(&f);
         }
         tracing::debug!(action = %digest, fetched, "fetched missing inputs from the upstream; trying again");
@@ -123,7 +123,7 @@ async fn attempt(
         Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action refused");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             return Attempt::Done(Box::new(answer::error(&f)));
         }
     };
@@ -162,13 +162,13 @@ async fn attempt(
         }
         Err(Failure::FailedPrecondition(m)) => {
             tracing::warn!(action = %digest, error = %m, "this host cannot run the action as asked");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             answer::host_lacks(&state.cache, &m, req.inline_stderr)
         }
         Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action failed to run");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             answer::error(&f)
         }
     };
@@ -220,7 +220,7 @@ async fn check_and_look_up(
         };
         // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
         if let Some(hit) = hit {
-            state.count("action_cache_hits");
+            state.count(server_counters::ACTION_CACHE_HITS);
             return Ok(Checked::Hit(Box::new(answer::cache_hit(
                 &state.cache,
                 hit,
@@ -305,10 +305,10 @@ fn recover(
             }
         }
     }
-    state.count("shared_dir_recoveries");
+    state.count(server_counters::SHARED_DIR_RECOVERIES);
     let again = run::run_action(state, exec, p, &op.control, t)?;
     if again.stats.exit_code != 0 {
-        state.count("shared_dir_recoveries_failed");
+        state.count(server_counters::SHARED_DIR_RECOVERIES_FAILED);
     }
     Ok(again)
 }

@@ -11,6 +11,7 @@
 
 use super::Upstream;
 use crate::ac_store::AcStore;
+use crate::server_counters;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::{Cache, Digest};
 use prost::Message;
@@ -76,7 +77,7 @@ pub(super) async fn lookup(
         Ok(None) => {
             up.read_ok();
             note_miss(up, action);
-            up.count("upstream_ac_misses");
+            up.count(server_counters::UPSTREAM_AC_MISSES);
             None
         }
         Ok(Some(r)) => {
@@ -84,7 +85,7 @@ pub(super) async fn lookup(
             if let Err(f) = ac.put(&action, &r) {
                 tracing::warn!(action = %action, error = %f.message(), "cannot store the upstream's result locally");
             }
-            up.count("upstream_ac_hits");
+            up.count(server_counters::UPSTREAM_AC_HITS);
             Some(r)
         }
         Err(FetchError::Call(e)) => {
@@ -97,7 +98,7 @@ pub(super) async fn lookup(
         }
         Err(FetchError::Lie(e)) => {
             tracing::warn!(upstream = %up.opts.url, action = %action, error = %e, "rejected the upstream's result");
-            up.count("upstream_rejected");
+            up.count(server_counters::UPSTREAM_REJECTED);
             up.read_failed("a result it could not back", &e);
             None
         }
@@ -227,16 +228,16 @@ pub(super) async fn fetch(
             }
         }
         fetched += stored.len();
-        up.add("upstream_blobs_fetched", stored.len() as u64);
-        up.add("upstream_bytes_fetched", n_bytes);
+        up.add(server_counters::UPSTREAM_BLOBS_FETCHED, stored.len() as u64);
+        up.add(server_counters::UPSTREAM_BYTES_FETCHED, n_bytes);
     }
     for d in large {
         let left = remaining(deadline)?;
         match read_large(up, &d, left).await {
             Ok(()) => {
                 fetched += 1;
-                up.count("upstream_blobs_fetched");
-                up.add("upstream_bytes_fetched", d.size);
+                up.count(server_counters::UPSTREAM_BLOBS_FETCHED);
+                up.add(server_counters::UPSTREAM_BYTES_FETCHED, d.size);
             }
             Err(FetchError::Call(e)) if e.starts_with("NotFound") => absent.push(d),
             Err(e) => return Err(e),
@@ -347,7 +348,7 @@ pub(super) async fn fetch_inputs(up: &Upstream, missing: &[Digest]) -> usize {
             0
         }
         Ok(Err(FetchError::Lie(e))) => {
-            up.count("upstream_rejected");
+            up.count(server_counters::UPSTREAM_REJECTED);
             up.read_failed("an input blob that did not match its digest", &e);
             0
         }
