@@ -13,8 +13,9 @@
 //!    response's path;
 //! 5. `answer`: the `ExecuteResponse` for what happened.
 //!
-//! With a job slot free at once, steps 1 to 3 take one trip to the blocking pool: each trip
-//! costs two thread wake-ups, which a loaded machine makes expensive.
+//! Steps 1 and 3 run on the blocking pool, both called from `trip` only. With a job slot free
+//! at once, steps 1 to 3 take one trip: each trip costs two thread wake-ups, which a loaded
+//! machine makes expensive.
 
 use super::action::{self, Prepared};
 use super::answer;
@@ -32,13 +33,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::sync::OwnedSemaphorePermit;
 
-/// What the first trip to the blocking pool found.
+/// What a trip to the blocking pool (`trip`) found.
 enum Checked {
     /// The action cache had the result: the answer.
     Hit(Box<pb::ExecuteResponse>),
     /// Checked, not in the cache; waits for a job slot.
-    Ready(Prepared),
-    /// A job slot was free at once, so the action also ran in the same trip.
+    Ready(Box<Prepared>),
+    /// It held a job slot, so the action ran in the same trip.
     Ran(Box<(Prepared, Result<Executed, Failure>)>),
 }
 
@@ -98,33 +99,33 @@ async fn attempt(
         queued,
         ..Default::default()
     };
-    let checked = check_and_look_up(state, exec, op, req, digest, timeline.clone()).await;
-    let (prepared, ran) = match checked {
-        Ok(Checked::Hit(hit)) => {
-            tracing::debug!(action = %digest, "action cache hit");
-            return Attempt::Done(hit);
-        }
-        Ok(Checked::Ran(ran)) => *ran,
-        Ok(Checked::Ready(p)) => {
-            op.set_stage(pb::execution_stage::Value::Queued);
-            let Some(permit) = take_job_slot(exec, op).await else {
-                return Attempt::Done(Box::new(answer::error(&Failure::Unavailable(
-                    "the server is shutting down; action not started".into(),
-                ))));
-            };
-            let ran = {
-                let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
-                let p = p.clone();
-                blocking(move || run_and_record(&state, &exec, &p, &op, timeline)).await
-            };
-            drop(permit);
-            (p, ran)
-        }
-        Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
-        Err(f) => {
-            tracing::info!(action = %digest, error = %f.message(), "action refused");
-            state.count(server_counters::ACTION_ERRORS);
-            return Attempt::Done(Box::new(answer::error(&f)));
+    // A job slot free now: steps 1 to 3 in one trip. Else the first trip ends `Ready`, step 2
+    // waits for a slot, and a second trip (the action checked already) runs step 3.
+    let mut slot = exec.jobs.clone().try_acquire_owned().ok();
+    let mut checked = None;
+    let (prepared, ran) = loop {
+        let t = timeline.clone();
+        match trip(state, exec, op, req, digest, t, checked.take(), slot.take()).await {
+            Ok(Checked::Hit(hit)) => {
+                tracing::debug!(action = %digest, "action cache hit");
+                return Attempt::Done(hit);
+            }
+            Ok(Checked::Ran(ran)) => break *ran,
+            Ok(Checked::Ready(p)) => {
+                op.set_stage(pb::execution_stage::Value::Queued);
+                let Some(permit) = take_job_slot(exec, op).await else {
+                    return Attempt::Done(Box::new(answer::error(&Failure::Unavailable(
+                        "the server is shutting down; action not started".into(),
+                    ))));
+                };
+                (slot, checked) = (Some(permit), Some(p));
+            }
+            Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
+            Err(f) => {
+                tracing::info!(action = %digest, error = %f.message(), "action refused");
+                state.count(server_counters::ACTION_ERRORS);
+                return Attempt::Done(Box::new(answer::error(&f)));
+            }
         }
     };
     let resp = match ran {
@@ -189,54 +190,75 @@ fn enqueue_upload(state: &Arc<State>, digest: Digest, result: &pb::ActionResult)
     state.background(move |_| up.enqueue(digest, &r));
 }
 
-/// Step 1 (blocking): check the action, look it up in the action cache, and with a job slot
-/// free at once also run it (steps 2 and 3) in the same trip.
-async fn check_and_look_up(
+/// One trip to the blocking pool: step 1 unless the action comes back `checked` from waiting
+/// for a slot, then step 3 when it holds a job `slot`. Steps 1 and 3 are called from here
+/// only.
+#[allow(clippy::too_many_arguments)]
+async fn trip(
     state: &Arc<State>,
     exec: &Arc<ExecState>,
     op: &Arc<Op>,
     req: &pb::ExecuteRequest,
     digest: Digest,
     t: Timeline,
+    checked: Option<Box<Prepared>>,
+    slot: Option<OwnedSemaphorePermit>,
 ) -> Result<Checked, Failure> {
-    let early = exec.jobs.clone().try_acquire_owned().ok();
     let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
-    let skip = req.skip_cache_lookup;
-    let inline = (req.inline_stdout, req.inline_stderr);
-    let rt = tokio::runtime::Handle::current();
+    let ask = Lookup {
+        skip: req.skip_cache_lookup,
+        inline: (req.inline_stdout, req.inline_stderr),
+        rt: tokio::runtime::Handle::current(),
+    };
     blocking(move || {
-        let p = action::prepare(&state.cache, digest)?;
-        let hit = if skip || p.do_not_cache {
-            None
-        } else {
-            match state.ac.get(&state.cache, &digest)? {
-                Some(hit) => Some(hit),
-                // Read-through: the team's cache, bounded by its lookup deadline.
-                None => state
-                    .upstream
-                    .as_ref()
-                    .and_then(|up| up.lookup_blocking(&rt, &state.ac, digest)),
-            }
+        let p = match checked {
+            Some(p) => *p,
+            None => match check_and_look_up(&state, digest, &ask)? {
+                Checked::Ready(p) => *p,
+                hit => return Ok(hit),
+            },
         };
-        // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
-        if let Some(hit) = hit {
-            state.count(server_counters::ACTION_CACHE_HITS);
-            return Ok(Checked::Hit(Box::new(answer::cache_hit(
-                &state.cache,
-                hit,
-                inline,
-            ))));
-        }
-        match early {
-            Some(permit) => {
-                let ran = run_and_record(&state, &exec, &p, &op, t);
-                drop(permit);
-                Ok(Checked::Ran(Box::new((p, ran))))
-            }
-            None => Ok(Checked::Ready(p)),
-        }
+        let Some(permit) = slot else {
+            return Ok(Checked::Ready(Box::new(p)));
+        };
+        let ran = run_and_record(&state, &exec, &p, &op, t);
+        drop(permit);
+        Ok(Checked::Ran(Box::new((p, ran))))
     })
     .await
+}
+
+/// What step 1 takes from the request, and the runtime the read-through runs on.
+struct Lookup {
+    skip: bool,
+    /// `inline_stdout`, `inline_stderr`.
+    inline: (bool, bool),
+    rt: tokio::runtime::Handle,
+}
+
+/// Step 1 (blocking): check the action, then look it up in the action cache: `Hit` with the
+/// answer, or `Ready` to run.
+fn check_and_look_up(state: &State, digest: Digest, ask: &Lookup) -> Result<Checked, Failure> {
+    let p = action::prepare(&state.cache, digest)?;
+    let hit = if ask.skip || p.do_not_cache {
+        None
+    } else {
+        match state.ac.get(&state.cache, &digest)? {
+            Some(hit) => Some(hit),
+            // Read-through: the team's cache, bounded by its lookup deadline.
+            None => state
+                .upstream
+                .as_ref()
+                .and_then(|up| up.lookup_blocking(&ask.rt, &state.ac, digest)),
+        }
+    };
+    // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
+    if let Some(hit) = hit {
+        state.count(server_counters::ACTION_CACHE_HITS);
+        let answer = answer::cache_hit(&state.cache, hit, ask.inline);
+        return Ok(Checked::Hit(Box::new(answer)));
+    }
+    Ok(Checked::Ready(Box::new(p)))
 }
 
 /// Step 2: one of the `--jobs` slots, or None when shutdown cancelled the action first.
