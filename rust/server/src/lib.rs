@@ -17,11 +17,13 @@
 mod ac_store;
 mod action_cache_service;
 mod activity;
+mod answer_grace;
 mod apple_probe;
 mod auth;
 mod bytestream;
 mod capabilities;
 mod cas_service;
+mod checks;
 pub mod client;
 mod eviction;
 mod execution;

@@ -24,6 +24,8 @@ pub const ACTION_EXEC_US_TOTAL: &str = "action_exec_us_total";
 pub const ACTION_SPAWN_US_TOTAL: &str = "action_spawn_us_total";
 /// From accepting each Execute to its response.
 pub const ACTION_SERVE_US_TOTAL: &str = "action_serve_us_total";
+/// Results that ran to exit 0 but failed `checks::result_check`: answered, not cached.
+pub const RESULTS_NOT_CACHED: &str = "results_not_cached";
 /// Actions answered ABORTED because a hardlinked input was written through while they ran.
 pub const TAINTED_ACTIONS: &str = "tainted_actions";
 
