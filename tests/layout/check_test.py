@@ -105,15 +105,20 @@ class LayoutCheck(unittest.TestCase):
         code, out = run({"a": ("clonestage-server", {
             "lib.rs": DOC,
             "state.rs": DOC + "use crate::execution::prespawn::Pool;\n",
-            "execution/mod.rs": DOC + "mod prespawn;\nuse crate::address::tcp_port_text;\nuse crate::capabilities::MAX;\n",
+            "execution/mod.rs": DOC + "mod prespawn;\nuse crate::client::running;\nuse crate::capabilities::MAX;\n",
             "execution/prespawn.rs": DOC,
             "cas_service.rs": DOC + "use crate::bytestream::zstd;\n",
             "bytestream/mod.rs": DOC + "pub mod zstd;\n", "bytestream/zstd.rs": DOC,
-            "address.rs": DOC, "capabilities.rs": DOC,
+            "client/mod.rs": DOC + "mod running;\npub use running::running;\n",
+            "client/running.rs": DOC + "use crate::layout::Layout;\nuse crate::state::State;\n",
+            "layout.rs": DOC, "capabilities.rs": DOC,
         })})
         self.assertEqual(code, 1)
         self.assertIn("src/state.rs reaches into execution::prespawn", out)
-        self.assertIn("src/execution/mod.rs reaches into address", out)
+        self.assertIn("src/execution/mod.rs reaches into client", out)
+        self.assertIn("src/client/running.rs reaches into state", out)
+        self.assertNotIn("reaches into layout", out)
+        self.assertNotIn("src/client/mod.rs", out)
         self.assertIn("src/cas_service.rs reaches into bytestream::zstd", out)
         self.assertNotIn("capabilities", out)
 

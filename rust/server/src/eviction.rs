@@ -15,6 +15,7 @@
 //! large disks. A tick stats every blob (one readdir per shard, one stat per blob); gc holds
 //! `gc.lock`, so stages wait for it to finish before pinning.
 
+use crate::server_counters;
 use crate::state::State;
 use clonestage_engine::cas::GcReport;
 use std::path::Path;
@@ -77,9 +78,11 @@ pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
             shared = shared.saturating_sub(e.bytes);
             let ledger = state.stager.ledger();
             ledger.add(|c| {
-                *c.extra.entry("shared_dir_evictions".into()).or_default() += e.dirs;
                 *c.extra
-                    .entry("shared_dir_evicted_bytes".into())
+                    .entry(server_counters::SHARED_DIR_EVICTIONS.into())
+                    .or_default() += e.dirs;
+                *c.extra
+                    .entry(server_counters::SHARED_DIR_EVICTED_BYTES.into())
                     .or_default() += e.bytes;
             });
             tracing::info!(
