@@ -18,7 +18,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pro
 from build.bazel.remote.execution.v2 import remote_execution_pb2 as re  # noqa: E402
 from google.bytestream import bytestream_pb2 as bs  # noqa: E402
 from google.longrunning import operations_pb2 as ops  # noqa: E402
-from google.rpc import status_pb2  # noqa: E402
 
 V2 = "/build.bazel.remote.execution.v2."
 BS = "/google.bytestream.ByteStream/"
