@@ -8,6 +8,11 @@ module with tests/lib on sys.path: it puts tests/lib/proto there too.
 
 `call(channel, METHOD, request, timeout)` makes one RPC of `RPCS` and returns its typed
 reply (a list of replies for a server stream; a client stream takes an iterable).
+
+Hostile input needs one thing generated code refuses: string fields that are not UTF-8 (a
+name with a lone surrogate, sent as its surrogateescape bytes). `serialize` and `add` set such
+values by hand after the message's own bytes: a parser merges fields in any order and appends
+repeated ones, so the server sees the same message.
 """
 
 import hashlib
@@ -54,3 +59,50 @@ def call(channel, method, request, timeout, **kw):
 def digest(data):
     """The SHA-256 Digest of `data`."""
     return re.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def _utf8(v):
+    try:
+        v.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def serialize(msg, **strings):
+    """`msg` serialized with the string fields `strings` (name: str, or a list for a repeated
+    field) set; values that are not UTF-8 are encoded by hand after it."""
+    extra = b""
+    for name, values in strings.items():
+        field = msg.DESCRIPTOR.fields_by_name[name]
+        repeated = isinstance(values, (list, tuple))
+        for v in values if repeated else [values]:
+            if _utf8(v):
+                getattr(msg, name).append(v) if repeated else setattr(msg, name, v)
+            else:
+                data = v.encode("utf-8", "surrogateescape")
+                extra += _varint(field.number << 3 | 2) + _varint(len(data)) + data
+    return msg.SerializeToString() + extra
+
+
+def add(parent, field, node, **strings):
+    """Append `node` (with `strings` set as in `serialize`) to the repeated message field `field`
+    of `parent`; returns b"", or the node's hand-encoded field when a string is not UTF-8 (the
+    caller appends it to `parent`'s bytes)."""
+    if all(_utf8(v) for v in strings.values()):
+        for k, v in strings.items():
+            setattr(node, k, v)
+        getattr(parent, field).append(node)
+        return b""
+    data = serialize(node, **strings)
+    number = parent.DESCRIPTOR.fields_by_name[field].number
+    return _varint(number << 3 | 2) + _varint(len(data)) + data

@@ -73,23 +73,25 @@ class Digest:
 
 def directory(files=(), dirs=(), symlinks=()):
     """A serialized Directory. files: (name, Digest, executable); dirs: (name, Digest);
-    symlinks: (name, target)."""
-    return re.Directory(
-        files=[re.FileNode(name=n, digest=d.pb(), is_executable=x) for n, d, x in files],
-        directories=[re.DirectoryNode(name=n, digest=d.pb()) for n, d in dirs],
-        symlinks=[re.SymlinkNode(name=n, target=t) for n, t in symlinks],
-    ).SerializeToString()
+    symlinks: (name, target). Names need not be UTF-8 (`pb.add`)."""
+    d = re.Directory()
+    extra = b"".join(pb.add(d, "files", re.FileNode(digest=dg.pb(), is_executable=x), name=n)
+                     for n, dg, x in files)
+    extra += b"".join(pb.add(d, "directories", re.DirectoryNode(digest=dg.pb()), name=n)
+                      for n, dg in dirs)
+    extra += b"".join(pb.add(d, "symlinks", re.SymlinkNode(), name=n, target=t) for n, t in symlinks)
+    return d.SerializeToString() + extra
 
 
 def command(args, output_files=(), output_dirs=(), env=(), working_directory=None,
             output_paths=None):
-    """A serialized Command."""
-    return re.Command(
+    """A serialized Command. Paths need not be UTF-8 (`pb.serialize`)."""
+    m = re.Command(
         arguments=args,
-        environment_variables=[re.Command.EnvironmentVariable(name=k, value=v) for k, v in env],
-        output_files=output_files, output_directories=output_dirs,
-        working_directory=working_directory or "", output_paths=output_paths or (),
-    ).SerializeToString()
+        environment_variables=[re.Command.EnvironmentVariable(name=k, value=v) for k, v in env])
+    return pb.serialize(m, output_files=list(output_files), output_directories=list(output_dirs),
+                        working_directory=working_directory or "",
+                        output_paths=list(output_paths or ()))
 
 
 def action(command_digest, root_digest, timeout_s=None, do_not_cache=False, salt=b""):
