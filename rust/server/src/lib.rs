@@ -58,11 +58,8 @@ use std::path::{Path, PathBuf};
 /// This build's version (the workspace's): what a server writes to `<cache>/server/version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-// The server must run on clonestage's patched h2 (rust/third_party/h2/PATCH.md: without it every
-// call on the unix socket is refused). This names an item only that h2 has, so a build that
-// lost the patch fails here, at compile time. Cargo: run cargo from inside the checkout (the
-// [patch] is in its .cargo/config.toml, which cargo finds from the working directory, not from
-// --manifest-path). Bazel: MODULE.bazel's crate.annotation for h2 applies the patch.
+// Only the patched h2 has this item, so a build that lost the patch fails to compile here:
+// rust/third_party/h2/PATCH.md.
 const _: () = h2::CLONESTAGE_PATCHED_ANY_AUTHORITY;
 
 /// Options of `clonestage serve`.
