@@ -19,6 +19,13 @@ fn gc(c: &Cache, max_bytes: u64) -> crate::error::Result<super::GcReport> {
     collect(c, Pooled::Stale(&|| false), max_bytes)
 }
 
+/// One 10,000-byte blob per byte value in `values`.
+fn blobs(c: &Cache, values: std::ops::Range<u8>) -> Vec<Digest> {
+    values
+        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
+        .collect()
+}
+
 fn root_with(c: &Cache, blobs: &[Digest]) -> Digest {
     let mut files: Vec<FileNode> = blobs
         .iter()
@@ -43,12 +50,8 @@ fn root_with(c: &Cache, blobs: &[Digest]) -> Digest {
 #[test]
 fn eviction_never_removes_a_pinned_blob_even_from_another_process() {
     let (t, c) = cache();
-    let kept: Vec<Digest> = (0..5)
-        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
-        .collect();
-    let loose: Vec<Digest> = (10..15)
-        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
-        .collect();
+    let kept: Vec<Digest> = blobs(&c, 0..5);
+    let loose: Vec<Digest> = blobs(&c, 10..15);
     let root = root_with(&c, &kept);
     // A second Cache on the same directory stands for another process: separate pin file, lock.
     let other = Cache::open(&t.path().join("c")).unwrap();
@@ -125,12 +128,8 @@ fn pins_and_gc_in_one_process_never_deadlock() {
 #[test]
 fn eviction_is_least_recently_used_first() {
     let (_t, c) = cache();
-    let old: Vec<Digest> = (0..4)
-        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
-        .collect();
-    let new: Vec<Digest> = (4..8)
-        .map(|i| c.put_bytes(&vec![i; 10_000], None).unwrap())
-        .collect();
+    let old: Vec<Digest> = blobs(&c, 0..4);
+    let new: Vec<Digest> = blobs(&c, 4..8);
     let old_root = root_with(&c, &old);
     let new_root = root_with(&c, &new);
     let log = c.root().join("access.log");
