@@ -56,6 +56,11 @@ impl Cache {
         self.pins.all_pinned()
     }
 
+    /// The blobs this process holds now (`Cache::hold`): kept as they are, nothing they reach.
+    pub fn held(&self, _: &GcLock) -> Vec<Digest> {
+        self.pins.held()
+    }
+
     /// Remove every inode of `s`.
     pub fn remove_stored(&self, _: &GcLock, s: &Stored) {
         for p in &s.paths {

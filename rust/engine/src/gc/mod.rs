@@ -5,7 +5,8 @@
 //!
 //! 1. the pool's ready copies go first (`Pooled`): each pins every blob it links;
 //! 2. under `gc.lock`, the temp files of dead processes are swept;
-//! 3. pinned roots, and everything they reach, are kept;
+//! 3. pinned roots, and everything they reach, are kept, and so are the blobs this process
+//!    holds (`Cache::hold`, exactly those blobs);
 //! 4. the rest goes least recently used first (`last_use`), until the limit holds; evicting a
 //!    Directory blob evicts its materialized subtree entry with it;
 //! 5. subtree entries whose Directory is gone, the access log and the record of code blobs
@@ -74,6 +75,7 @@ pub fn collect(cache: &Cache, pooled: Pooled, max_bytes: u64) -> Result<GcReport
             pinned.insert(d);
         });
     }
+    pinned.extend(cache.held(&lock));
 
     let uses = last_use::LastUse::read(cache);
     let mut order: Vec<&Stored> = stored.iter().collect();
