@@ -253,7 +253,7 @@ impl ServerHandle {
     }
 
     /// Run one eviction check now, as the background thread does (tests; see `eviction`).
-    pub async fn evict_now(&self) -> Option<clonestage_engine::cas::GcReport> {
+    pub async fn evict_now(&self) -> Option<clonestage_engine::gc::GcReport> {
         let (state, limits) = (self.state.clone(), self.evict);
         tokio::task::spawn_blocking(move || crate::eviction::tick(&state, &limits))
             .await
