@@ -46,5 +46,4 @@ pub fn serve(cache: &Path) -> Child {
 
 // One file for the server's integration tests and these.
 #[path = "../../../server/tests/common/loop_mount.rs"]
-mod loop_mount;
-pub use loop_mount::loop_mount;
+pub mod loop_mount;

@@ -5,9 +5,7 @@
 
 pub mod bytestream;
 pub mod fake_upstream;
-mod loop_mount;
-
-pub use loop_mount::loop_mount;
+pub mod loop_mount;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream::byte_stream_client::ByteStreamClient;
