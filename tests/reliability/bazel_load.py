@@ -7,10 +7,12 @@ files, a sha256 per pair, a chain through all of them, and a 2 MiB output per no
 base hit results the other recorded.
 
   kill  N:    N builds, each with the server SIGKILLed at a random moment while it runs
-              actions (a work dir exists; then 0-0.8 s), `clonestage verify` run on its cache (must be clean) and the server
-              restarted at once; that build must still pass (remote again, or local by
-              --remote_local_fallback), the next one too, with correct outputs (part 1's
-              Bazel share).
+              that build's actions (Bazel has started, so its launcher found the server,
+              and a new work dir is staged; then 0-0.8 s), `clonestage verify` run on its
+              cache (must be clean) and the server restarted at once; that build must still
+              pass (remote again, or local by --remote_local_fallback), the next one too,
+              with correct outputs, and no server but the script's may run on the cache at
+              the end (part 1's Bazel share).
   two   SECS: two output bases (two copies of the workspace) build in a loop at the same time
               against one server for SECS seconds under eviction pressure: `serve --max-size`
               (EVICT=serve) or a `clonestage gc --max-size` loop (EVICT=gc, the default until
@@ -185,15 +187,30 @@ if mode == "kill":
             break
         nonce = "k%d-%s" % (k, rng.random())
         out_k = {}
+        # Kill while the server runs this build's actions, after a random delay; a build that
+        # ended first is not counted as killed under. "This build's" matters: work dirs of the
+        # last build may still hold a staged root/ while the janitor removes them, and a kill
+        # before this build's launcher has looked (tools/bazel -> `clonestage launch`) makes
+        # that launcher start a server of its own, rightly, which then holds the cache's lock
+        # when the script restarts its server. So wait for Bazel's own output of this build
+        # (the launcher has exec'd Bazel: it found the server) and a work dir that is new.
+        workdir = os.path.join(cache, "work")
+        before = set(os.listdir(workdir)) if os.path.isdir(workdir) else set()
+        log_at = os.path.getsize(log)
         t = threading.Thread(target=lambda: out_k.update(r=build(ws, ob, nonce, log)))
         t.start()
-        # Kill while the server runs this build's actions: once a work dir exists, after a
-        # random delay; a build that ended first is not counted as killed under.
-        workdir = os.path.join(cache, "work")
         deadline = time.time() + 120
+
+        def bazel_runs():
+            with open(log, "rb") as f:
+                f.seek(log_at)
+                return b"Invocation ID" in f.read()
+
         # (a staged root/: the server also keeps empty work dirs ready for the next actions)
         def staging():
-            return any(os.path.isdir(os.path.join(workdir, e, "root")) for e in os.listdir(workdir))
+            return bazel_runs() and any(
+                os.path.isdir(os.path.join(workdir, e, "root"))
+                for e in os.listdir(workdir) if e not in before)
         while t.is_alive() and time.time() < deadline and not staging():
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.8))
@@ -231,8 +248,15 @@ if mode == "kill":
             fail_line("bazel kill", "wrong outputs after kill %d: %s" % (k + 1, wrong))
     bazel(ws, ob, ["shutdown"], log, 60)
     server.stop()
+    # A server some launcher started (a restart the script lost) must not outlive the suite.
+    # (`clonestage stop`: 0 stopped one, 3 none was running)
+    p = subprocess.run([cs, "--cache", cache, "stop"], capture_output=True, text=True)
+    stray = 0 if p.returncode == 3 else 1
+    if stray:
+        fail_line("bazel kill", "a server the script did not start still ran on the cache (stop: "
+                  "exit %d, %s)" % (p.returncode, (p.stdout + p.stderr).strip()))
     crashes = server.crashes()
-    bad = failed_next + killed_failed + wrong_outputs + corrupt + failed_restarts + len(crashes)
+    bad = failed_next + killed_failed + wrong_outputs + corrupt + failed_restarts + len(crashes) + stray
     reapi.say("bazel kill: %s: %d kills mid-build: %d failed builds killed under, %d failed next "
               "builds, %d wrong outputs, %d corrupt blobs, %d failed restarts, %d crashes"
               % ("PASS" if bad == 0 and kills == amount else "FAIL", kills, killed_failed, failed_next,
