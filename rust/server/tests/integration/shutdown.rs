@@ -2,7 +2,7 @@
 //! the grace period; past it they are cancelled (UNAVAILABLE, not cached), work dirs are
 //! removed, and a restarted server sweeps what a killed one left.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

@@ -1,7 +1,7 @@
 //! zstd `compressed-blobs` over ByteStream and the batch calls, and the digest-function checks:
 //! what Bazel 7+ sends with `--remote_cache_compression` and `--digest_function=...`.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream as bs;

@@ -1,6 +1,6 @@
 //! CAS and ByteStream: verification, batch limits, resumable writes, ranged reads, GetTree.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream as bs;

@@ -2,7 +2,7 @@
 //! versions, outputs beside inputs, missing and malformed inputs, timeouts, the action cache,
 //! do_not_cache, WaitExecution, metadata and counters.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

@@ -5,7 +5,7 @@
 //! Runs where the test's cache stages by hardlink (ext4, tmpfs: /tmp on CI); elsewhere the
 //! inputs are private clones and nothing is shared, which the test checks and reports.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

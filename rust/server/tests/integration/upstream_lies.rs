@@ -6,7 +6,7 @@
 //! Also: a result whose Action the upstream lacks cannot be checked and is refused without
 //! opening the breaker; and a result made here that Bazel would reject is answered, not cached.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

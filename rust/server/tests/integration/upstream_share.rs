@@ -8,7 +8,7 @@
 // Bazel 4 names outputs with output_files/output_directories.
 #![allow(deprecated)]
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

@@ -4,7 +4,7 @@
 //! action's metadata counts the linked code, and with a minimum link age and no pooled copy
 //! yet the tool is cloned and counted instead.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::stage::{CodePolicy, PreserveInodes};

@@ -4,7 +4,7 @@
 //! the low watermark (90% of the limit); a just-answered result's blobs outlive eviction for a
 //! short grace, so the client can read them (issue 23).
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::{Cache, Digest};

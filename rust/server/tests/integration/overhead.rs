@@ -1,7 +1,7 @@
 //! Per-action overhead of Execute against running the wrapper directly (ignored by default;
-//! meaningful in release: `cargo test --release -p clonestage-server --test overhead -- --ignored --nocapture`).
+//! meaningful in release: `cargo test --release -p clonestage-server --test integration overhead:: -- --ignored --nocapture`).
 
-mod common;
+use crate::common;
 
 use clonestage_engine::Digest;
 use common::*;

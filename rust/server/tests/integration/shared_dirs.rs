@@ -6,7 +6,7 @@
 //! time make clonestage touch nothing outside the cache and the root, and cache no wrong
 //! result.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

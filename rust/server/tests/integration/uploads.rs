@@ -3,7 +3,7 @@
 //! second Write of its name, sessions are capped per client, and nothing may follow
 //! finish_write.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

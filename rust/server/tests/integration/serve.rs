@@ -1,6 +1,6 @@
 //! Listeners, the TCP token, the one-server-per-cache lock, `address`, Capabilities.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_server::client::{self, AddressForm};

@@ -3,7 +3,7 @@
 //! partial or corrupt entry, and work again once space returns. The cache sits on a small
 //! tmpfs this test mounts (root only) and unmounts.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream as bs;

@@ -1,13 +1,14 @@
 //! Hostile trees and requests through the real server (issue 10, findings 1, 4, 5 and 6):
 //! trees nested thousands of levels deep (which once overflowed the serving thread's stack and
-//! aborted the whole process, so they live in a test binary of their own), a leftover work dir
+//! aborted the whole process: should that come back, the integration binary fails as a whole,
+//! loudly, rather than pass), a leftover work dir
 //! too deep for any path, trees whose expanded size doubles per level, symlink chains that
 //! leave the root through the tree's own links, a working directory through a symlink, absurd
 //! timeouts, output paths the filesystem cannot hold, and output lists REAPI forbids (a path
 //! twice, as file and directory, or inside another output). Each is refused with
 //! INVALID_ARGUMENT before staging, and nothing is left in the work dir.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;

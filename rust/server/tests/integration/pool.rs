@@ -3,7 +3,7 @@
 //! after the action the copy goes back when untouched and is discarded when the action (as
 //! root, ignoring 0o555) added a file to it: no later action sees that file.
 
-mod common;
+use crate::common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;
