@@ -54,14 +54,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-spawn="${CLONESTAGE_SPAWN:-$root/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
-if [ ! -x "$spawn" ]; then
-  spawn="$tmp/clonestage-spawn"
-  cxx_spawn "$root" "$spawn" || {
-    echo "cannot build the spawn wrapper" >&2
-    exit 1
-  }
-fi
+any_spawn "$root" "$tmp" || exit 1
 export CLONESTAGE_SPAWN="$spawn"
 unset CLONESTAGE_APPLE_TOOLS CLONESTAGE_PRESERVE_INODES
 timeout="$(command -v timeout)" # absolute: some runs below clear PATH

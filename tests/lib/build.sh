@@ -9,6 +9,9 @@
 #   cxx_spawn ROOT OUT [PREFIX...]: the Linux spawn wrapper built from ROOT/cc with the system
 #                C++ compiler ($CXX, else g++), the Darwin files left out, for suites run without
 #                Bazel; PREFIX... runs the compiler (tests/secrets passes `nice`)
+#   any_spawn ROOT DIR: sets $spawn to a Linux spawn wrapper: $CLONESTAGE_SPAWN, else the one the
+#                Rust tests built (ROOT/rust/target/tmp/clonestage-spawn), else one cxx_spawn
+#                builds from ROOT into DIR
 # Run from the repository root.
 
 need_helper() {
@@ -36,3 +39,14 @@ cxx_spawn() {
     done
     "$@" "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$out" "${srcs[@]}"
 }
+
+any_spawn() {
+    spawn="${CLONESTAGE_SPAWN:-$1/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
+    [ -x "$spawn" ] && return 0
+    spawn="$2/clonestage-spawn"
+    cxx_spawn "$1" "$spawn" || {
+        echo "cannot build the spawn wrapper" >&2
+        return 1
+    }
+}
+

@@ -51,14 +51,7 @@ trap cleanup EXIT
   echo "no clonestage binary at $BIN (cargo build --release --bin clonestage)" >&2
   exit 1
 }
-spawn="${CLONESTAGE_SPAWN:-$root/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
-if [ ! -x "$spawn" ]; then
-  spawn="$tmp/clonestage-spawn"
-  cxx_spawn "$root" "$spawn" || {
-    echo "cannot build the spawn wrapper" >&2
-    exit 1
-  }
-fi
+any_spawn "$root" "$tmp" || exit 1
 
 # The stub host: one Xcode 15.2 (15C500b) in Applications, selected; Spotlight finds nothing.
 tools="$tmp/tools"
