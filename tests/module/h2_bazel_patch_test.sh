@@ -9,10 +9,12 @@
 # consumer would), declares @h2 the way crate_universe's extension does (http_archive of the
 # .crate with sha256 and strip_prefix, patches = the module's patch label, patch_args = -p1,
 # no patch_tool), fetches it, and diffs the result against the vendored tree (minus what
-# PATCH.md lists). Exits 0 when they are equal, 1 otherwise. Own --output_user_root, shut down
-# at the end. About 30 s.
+# PATCH.md lists). Reports through tests/lib/report.sh: exits 0 when they are equal, 1
+# otherwise. Own --output_user_root, shut down at the end. About 30 s.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
 version=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import h2_patch; print(h2_patch.patched_version(sys.argv[2]))' "$root/rust/third_party" "$root")
 crate=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import h2_patch; print(h2_patch.find_crate(sys.argv[2]))' "$root/rust/third_party" "$version")
 sha=$(sha256sum "$crate" | cut -d' ' -f1)
@@ -39,12 +41,12 @@ http_archive(
 )
 WS
 : >"$ws/BUILD.bazel"
-if ! bz query @h2//:all >"$work/query.log" 2>&1; then
-  echo "h2 bazel patch: FAIL fetching @h2 with the patch:"; cat "$work/query.log"; exit 1
-fi
+name="h2 bazel patch: http_archive of crates.io's h2 $version + @clonestage//rust:third_party/h2-authority.patch, -p1 == rust/third_party/h2"
+bz query @h2//:all >"$work/query.log" 2>&1 || die "$name" "fetching @h2 with the patch failed:" "$(tail_of "$work/query.log" 40)"
 ext="$(bz info output_base 2>/dev/null)/external/h2"
 if ! diff -r -x BUILD.bazel -x WORKSPACE -x WORKSPACE.bazel -x .github -x Cargo.lock -x PATCH.md \
     "$ext" "$root/rust/third_party/h2" >"$work/diff.log"; then
-  echo "h2 bazel patch: FAIL Bazel's patched h2 differs from rust/third_party/h2:"; head -40 "$work/diff.log"; exit 1
+  die "$name" "Bazel's patched h2 differs from rust/third_party/h2:" "$(head -40 "$work/diff.log")"
 fi
-echo "h2 bazel patch: ok (http_archive of crates.io's h2 $version + @clonestage//rust:third_party/h2-authority.patch, -p1 == rust/third_party/h2)"
+pass "$name"
+finish
