@@ -63,8 +63,9 @@ bazel="$(command -v bazel)" || {
   exit 1
 }
 
-# expect JSON NAME=STATUS[:SUBSTRING] ...: each check's status, and a substring of its detail.
-expect() {
+# report_problems JSON NAME=STATUS[:SUBSTRING] ...: what is wrong with the report (each
+# check's status, and a substring of its detail); empty when nothing is.
+report_problems() {
   python3 - "$@" <<'EOF'
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -98,7 +99,7 @@ doctor() { # doctor OUT CACHE ARGS...: run with --json into OUT.json (stderr OUT
 # 1. XFS with Bazel 4.2.3: everything that can run here passes.
 doctor xfs "$xfs/cache" --bazel "$bazel"
 rc=$?
-why=$(expect "$tmp/xfs.json" \
+why=$(report_problems "$tmp/xfs.json" \
   filesystem=pass:xfs stage=pass:"the permission contract holds" \
   stage=pass:"the Mach-O dylib is the cache's own inode" \
   exec=pass:"first run: clone" exec=pass:"fresh link" \
@@ -127,7 +128,7 @@ fi
 # 2. ext4 (no clones), no bazel on PATH.
 PATH=/nonexistent doctor ext4 "$ext4/cache"
 rc=$?
-why=$(expect "$tmp/ext4.json" filesystem=pass:ext4 filesystem=pass:"hardlink per file" \
+why=$(report_problems "$tmp/ext4.json" filesystem=pass:ext4 filesystem=pass:"hardlink per file" \
   exec=skip:"has no clones" bazel=skip:"no bazel on PATH" server=pass 2>&1)
 if [ "$rc" = 0 ] && [ -z "$why" ]; then
   pass "ext4, no bazel: exec and bazel skipped, each saying why"
@@ -138,7 +139,7 @@ fi
 # 3. --bazel naming nothing.
 doctor nobazel "$ext4/cache" --bazel "$tmp/no-such-bazel" --exec-runs 2
 rc=$?
-why=$(expect "$tmp/nobazel.json" bazel=fail:"no Bazel at $tmp/no-such-bazel" 2>&1)
+why=$(report_problems "$tmp/nobazel.json" bazel=fail:"no Bazel at $tmp/no-such-bazel" 2>&1)
 if [ "$rc" = 1 ] && [ -z "$why" ]; then
   pass "--bazel naming no file: bazel fails naming it, exit 1"
 else
@@ -148,7 +149,7 @@ fi
 # 4. A server that cannot start.
 CLONESTAGE_SPAWN="$tmp/no-such-wrapper" doctor nospawn "$tmp/cache-nospawn" --bazel "$bazel" --exec-runs 2
 rc=$?
-why=$(expect "$tmp/nospawn.json" server=fail:"cannot find the spawn wrapper" bazel=skip:"no server" 2>&1)
+why=$(report_problems "$tmp/nospawn.json" server=fail:"cannot find the spawn wrapper" bazel=skip:"no server" 2>&1)
 if [ "$rc" = 1 ] && [ -z "$why" ]; then
   pass "a server that cannot start: server fails with its own error, bazel skipped, exit 1"
 else
@@ -166,12 +167,12 @@ printf '#!/bin/sh\necho "$DEVELOPER_DIR/SDKs/$2.sdk"\n' >"$tools/xcrun"
 chmod 755 "$tools/xcode-select" "$tools/mdfind" "$tools/xcrun"
 PATH=/nonexistent CLONESTAGE_APPLE_TOOLS="$tools" doctor xcode "$ext4/cache" --exec-runs 2
 rc=$?
-why=$(expect "$tmp/xcode.json" xcode=pass:"MacOSX: DEVELOPER_DIR=$dev SDKROOT=$dev/SDKs/macosx.sdk" \
+why=$(report_problems "$tmp/xcode.json" xcode=pass:"MacOSX: DEVELOPER_DIR=$dev SDKROOT=$dev/SDKs/macosx.sdk" \
   xcode=pass:"iPhoneSimulator: DEVELOPER_DIR=$dev SDKROOT=$dev/SDKs/iphonesimulator.sdk" 2>&1)
 printf '#!/bin/sh\necho "xcode-select: error: no developer tools" >&2\nexit 2\n' >"$tools/xcode-select"
 PATH=/nonexistent CLONESTAGE_APPLE_TOOLS="$tools" doctor xcode2 "$ext4/cache" --exec-runs 2
 rc2=$?
-why2=$(expect "$tmp/xcode2.json" xcode=fail:"no Xcode is selected" 2>&1)
+why2=$(report_problems "$tmp/xcode2.json" xcode=fail:"no Xcode is selected" 2>&1)
 if [ "$rc" = 0 ] && [ -z "$why" ] && [ "$rc2" = 1 ] && [ -z "$why2" ]; then
   pass "stub Xcode: DEVELOPER_DIR and SDKROOT as the server resolves them; a broken xcode-select fails"
 else

@@ -8,6 +8,7 @@
 #                          (a DETAIL may be tail_of's output)
 #   skip NAME WHY          counts a check that could not run here, prints "SKIP: NAME: WHY"
 #   pass_if NAME CMD...    pass NAME when CMD succeeds, else fail NAME
+#   expect NAME DETAIL CMD...  the same, with DETAIL under the failure (what was seen instead)
 #   die NAME [DETAIL...]   fail, the summary line, exit 1: for scripts that stop at the first
 #   finish [NOTE]          prints "N passed, M failed[, K skipped][ NOTE]"; its status is 1 on
 #                          any failure, so a suite's last line `finish` is its exit status
@@ -54,6 +55,12 @@ pass_if() { # pass_if NAME CMD...
   local name=$1
   shift
   if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+expect() { # expect NAME DETAIL CMD...
+  local name=$1 detail=$2
+  shift 2
+  if "$@"; then pass "$name"; else fail "$name" "$detail"; fi
 }
 
 die() { # die NAME [DETAIL...]

@@ -43,11 +43,6 @@ build_flags=(build --config=ci --config=clonestage --jobs=2 //...)
 report_elapsed=1 # "PASS: NAME [42s]"
 # shellcheck source=tests/lib/report.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/report.sh"
-expect() { # NAME DETAIL COMMAND...: pass when COMMAND succeeds
-  local name="$1" detail="$2"
-  shift 2
-  if "$@"; then pass "$name"; else fail "$name" "$detail"; fi
-}
 
 cleanup() {
   up_shutdown_bazel "$root_a"
