@@ -96,6 +96,7 @@ suite_module() {
     rm -rf "$fresh"
     bash tests/module/h2_bazel_patch_test.sh
     bash tests/module/release_test.sh
+    python3 tools/cross/check_binary_test.py # the release's Mach-O/ELF checker
 }
 
 suite_launcher() { bash tests/launcher/run.sh; }
@@ -115,8 +116,6 @@ suite_cc() {
     bash tests/cc/toolchains_test.sh
     (cd tests/cc && CLONESTAGE_DISABLE=1 bazel shutdown)
 }
-
-suite_cross_spawn() { bash tools/cross/test.sh; }
 
 suite_e2e() { need_helper; bash tests/e2e/run.sh; }
 suite_upstream() { need_helper; need_spawn; bash tests/upstream/run.sh; }
@@ -145,15 +144,14 @@ SUITES=(
     "buildifier|quick full|buildifier on all Starlark"
     "perf_split|quick full|the parser that splits an action's extra time between Bazel and clonestage"
     "layout|quick full|import cycles, reach-ins, long files, repeated names, a //! doc on every file"
-    "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive"
+    "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive; the binary checker"
     "launcher|quick full|the launcher (tools/bazel), black-box"
     "secrets|full|another uid against a TCP build through the launcher, and a restart"
     "cc|full|the spawn wrapper's googletest suite (tests/cc), also its Darwin build on an XNU emulation; its link with GCC and with clang+libc++"
-    "cross_spawn|full|the spawn wrapper's macOS executables (aarch64, x86_64) linked with zig, headers checked, reproducible"
     "e2e|full|Bazel 4.2.3 through clonestage serve (tests/e2e, examples/swiftlike)"
     "upstream|full|a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying"
     "teamrc|full|a team's .bazelrc: a dead --remote_cache, a --disk_cache, worker-style --strategy lines"
-    "release|full|the prebuilt helpers for four platforms (tools/release.sh): Mach-O minos 12.0, ELF glibc <= 2.17, the same bytes twice"
+    "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, the same bytes twice"
     "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
     "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases"
 )

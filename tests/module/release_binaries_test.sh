@@ -32,6 +32,8 @@ version=$(python3 -c 'import re,sys; print(re.search(r"module\((?:[^)]*?)version
 tag=v$version
 platforms=${RELEASE_PLATFORMS:-x86_64-unknown-linux-gnu,aarch64-unknown-linux-gnu,x86_64-apple-darwin,aarch64-apple-darwin}
 target_dir=${RELEASE_TARGET_DIR:-$root/rust/target/release-archives}
+macos_min=$(sed -n 's/^MACOS_MIN=//p' "$root/tools/release.sh")
+glibc_min=$(sed -n 's/^GLIBC_MIN=//p' "$root/tools/release.sh")
 out1=${keep:-$work/1}
 rm -rf "$out1"
 release() { # release OUT
@@ -41,6 +43,7 @@ release() { # release OUT
 t0=$SECONDS
 release "$out1" >"$work/run1.out" 2>"$work/run1.err" || { tail -n 40 "$work/run1.err"; fail "release.sh (first run)"; }
 echo "release_binaries_test: first run $((SECONDS - t0)) s ($platforms)"
+grep '^release.sh: built ' "$work/run1.err" || true
 
 # 1. Each archive: exactly the two binaries, 0755, under its top directory; SHA256SUMS holds.
 IFS=, read -r -a triples <<<"$platforms"
@@ -56,8 +59,13 @@ for t in "${triples[@]}"; do
     mkdir -p "$work/x/$t"
     tar -xzf "$archive" -C "$work/x/$t"
     bins=("$work/x/$t/$dir/clonestage" "$work/x/$t/$dir/clonestage-spawn")
-    # 2. Built for the platform: the Mach-O or ELF checks, then file(1)'s word on it.
-    python3 "$here/binary_check.py" "$t" "${bins[@]}" || fail "$t binaries (above)"
+    # 2. Built for the platform: tools/cross/check-binary.py's Mach-O or ELF checks with
+    # release.sh's minimum macOS and glibc floor, then file(1)'s word on it.
+    case "$t" in
+        *-apple-darwin) limit=(--target "${t%%-*}-macos" --macos-min "$macos_min") ;;
+        *-linux-gnu) limit=(--target "${t%%-*}-linux" --glibc-max "$glibc_min") ;;
+    esac
+    python3 "$root/tools/cross/check-binary.py" "${limit[@]}" "${bins[@]}" || fail "$t binaries (above)"
     for b in "${bins[@]}"; do
         what=$(file -b "$b")
         case "$t" in
@@ -100,10 +108,31 @@ assert {k: u.rsplit("/", 1)[1] for k, u in vals["CLONESTAGE_BINARY_URLS"].items(
 EOF
 python3 "$here/check.py" "$work/src/$top" >"$work/check.out" || { cat "$work/check.out"; fail "check.py on the source archive"; }
 
-# 5. Reproducible: a second run, the same bytes.
+# 5. The wrapper does not depend on where its sources are (tools/cross/build-spawn.sh's
+# promise): HEAD's cc/ and tools/cross/ at another path link to the archive's bytes. One
+# platform (a macOS one when built: the ad hoc signature is where a path or name could creep in).
+spawn_t=${triples[0]}
+for t in "${triples[@]}"; do
+    case "$t" in *-apple-darwin) spawn_t=$t ;; esac
+done
+elsewhere=$work/elsewhere/another/checkout
+mkdir -p "$elsewhere" "$work/spawn"
+git -C "$root" archive HEAD cc tools/cross | tar -x -C "$elsewhere"
+case "$spawn_t" in
+    *-apple-darwin) spawn_target=${spawn_t%%-*}-macos ;;
+    *) spawn_target=${spawn_t%%-*}-linux ;;
+esac
+PATH="${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}/zig-venv/bin:$PATH" MACOS_MIN=$macos_min GLIBC=$glibc_min \
+    bash "$elsewhere/tools/cross/build-spawn.sh" "$spawn_target" "$work/spawn/clonestage-spawn" || fail "build-spawn.sh from $elsewhere"
+cmp -s "$work/spawn/clonestage-spawn" "$work/x/$spawn_t/clonestage-$tag-$spawn_t/clonestage-spawn" \
+    || fail "$spawn_t clonestage-spawn linked from $elsewhere differs from the archive's"
+echo "release_binaries_test: $spawn_t clonestage-spawn: the same bytes from another path"
+
+# 6. Reproducible: a second run, the same bytes.
 t0=$SECONDS
 release "$work/2" >/dev/null 2>"$work/run2.err" || { tail -n 40 "$work/run2.err"; fail "release.sh (second run)"; }
 echo "release_binaries_test: second run $((SECONDS - t0)) s"
+grep '^release.sh: built ' "$work/run2.err" || true
 for f in "$out1"/*; do
     cmp -s "$f" "$work/2/${f##*/}" || fail "${f##*/} differs between two runs"
 done
