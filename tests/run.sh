@@ -36,15 +36,14 @@ suite_clippy_hooks() {
 }
 
 suite_rust_version() {
-    # The lock checks with rust/Cargo.toml's rust-version and with the dev rules_rust's
-    # default Rust (MODULE.bazel, tools/release.sh's RUST), --locked. The second shares the
-    # default target directory's dependencies when stable is that version.
-    local msrv release_rust
+    # The lock checks with rust/Cargo.toml's rust-version, --locked. The other end, the dev
+    # rules_rust's default Rust (MODULE.bazel, tools/release.sh's RUST), is the release suite's:
+    # release.sh builds every workspace crate but the dev-dependencies with exactly that Rust,
+    # --locked, for four platforms.
+    local msrv
     msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
     case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
-    release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
     (cd rust && cargo +"$msrv" check --locked --workspace --target-dir target/msrv)
-    (cd rust && cargo +"$release_rust" check --locked --workspace)
 }
 
 suite_rust_hooks() {
@@ -135,7 +134,7 @@ SUITES=(
     "clippy|quick full|clippy for Linux, all targets"
     "clippy_macos|full|clippy for aarch64-apple-darwin: the macOS code type-checked and linted, not run"
     "clippy_hooks|full|clippy with the fault-injection hooks on"
-    "rust_version|full|cargo check --locked with rust-version's Rust and with the dev rules_rust's default Rust"
+    "rust_version|full|cargo check --locked with rust-version's Rust (the dev rules_rust's default Rust: the release suite)"
     "rust_hooks|full|the tests that need the fault-injection hooks (a failed stage leaves nothing behind)"
     "rust|quick full|cargo test: engine, server, CLI, bench (XFS/btrfs/ext4 on the loop mounts)"
     "transport|full|grpcio over the unix socket with each :authority form; another uid refused"
