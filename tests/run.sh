@@ -150,7 +150,7 @@ SUITES=(
     "e2e|full|Bazel 4.2.3 through clonestage serve (tests/e2e, examples/swiftlike)"
     "upstream|full|a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying"
     "teamrc|full|a team's .bazelrc: a dead --remote_cache, a --disk_cache, worker-style --strategy lines"
-    "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, the same bytes twice"
+    "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, x86_64 Linux and arm64 macOS rebuilt to the same bytes"
     "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
     "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases"
 )
