@@ -17,22 +17,23 @@ TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
 BUILDIFIER=${BUILDIFIER:-$TOOLS/node_modules/.bin/buildifier}
 # shellcheck source=tests/lib/build.sh
 . tests/lib/build.sh
-CARGO=(cargo --manifest-path rust/Cargo.toml)
+# cargo SUB --manifest-path ...: the manifest flag belongs to the subcommand, not to cargo.
+rcargo() { local sub=$1; shift; cargo "$sub" --manifest-path rust/Cargo.toml "$@"; }
 
 # --- the suites: suite_NAME runs one, under `set -euo pipefail` in a subshell ---------------
 
-suite_fmt() { "${CARGO[@]}" fmt --all -- --check; }
+suite_fmt() { rcargo fmt --all -- --check; }
 
-suite_clippy() { "${CARGO[@]}" clippy --workspace --all-targets -- -D warnings; }
+suite_clippy() { rcargo clippy --workspace --all-targets -- -D warnings; }
 
 suite_clippy_macos() {
     # The macOS code, type-checked and linted, not run. Without the default `tls` feature:
     # ring's C needs the macOS SDK to compile for this target.
-    "${CARGO[@]}" clippy --workspace --all-targets --target aarch64-apple-darwin --no-default-features -- -D warnings
+    rcargo clippy --workspace --all-targets --target aarch64-apple-darwin --no-default-features -- -D warnings
 }
 
 suite_clippy_hooks() {
-    "${CARGO[@]}" clippy -p clonestage-engine -p clonestage --all-targets --features clonestage/fault-injection -- -D warnings
+    rcargo clippy -p clonestage-engine -p clonestage --all-targets --features clonestage/fault-injection -- -D warnings
 }
 
 suite_rust_version() {
@@ -50,14 +51,14 @@ suite_rust_hooks() {
     # Only the tests that need the hooks, in a second build of the engine, server and CLI
     # (deps are shared) that cargo keeps beside the default one; need_helper puts the
     # hook-free binary back at target/release/clonestage for the suites after this one.
-    "${CARGO[@]}" test --release -p clonestage-engine -p clonestage --features clonestage/fault-injection -- \
+    rcargo test --release -p clonestage-engine -p clonestage --features clonestage/fault-injection -- \
         a_stage_interrupted_half_way a_failed_stage_leaves_nothing_behind the_binary_carries_the_fault_hook
     need_helper
 }
 
 suite_rust() {
     need_helper
-    "${CARGO[@]}" test --release --workspace
+    rcargo test --release --workspace
 }
 
 suite_transport() { need_helper; bash tests/transport/run.sh; }
