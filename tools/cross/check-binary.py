@@ -138,13 +138,17 @@ def c_string(data, offset):
     return data[offset:end].decode("ascii", "replace")
 
 
+def sections_of_type(sections, sh_type):
+    """(offset, size, sh_info, its string table's offset) of each section of type SH_TYPE."""
+    for _name, t, _flags, _addr, offset, size, link, info, _align, _entsize in sections:
+        if t == sh_type:
+            yield offset, size, info, sections[link][4]
+
+
 def needed_libraries(data, sections):
     """The DT_NEEDED names of FILE's SHT_DYNAMIC section (none when static)."""
     needed = []
-    for _name, sh_type, _flags, _addr, offset, size, link, _info, _align, _entsize in sections:
-        if sh_type != SHT_DYNAMIC:
-            continue
-        strtab = sections[link][4]
+    for offset, size, _info, strtab in sections_of_type(sections, SHT_DYNAMIC):
         for entry in range(offset, offset + size, 16):  # Elf64_Dyn: d_tag, d_val
             tag, value = unpack("<qQ", data, entry)
             if tag == DT_NULL:
@@ -157,10 +161,7 @@ def needed_libraries(data, sections):
 def glibc_versions(data, sections):
     """The GLIBC_x.y versions FILE needs, from its SHT_GNU_verneed section."""
     needed = []
-    for _name, sh_type, _flags, _addr, offset, _size, link, info, _align, _entsize in sections:
-        if sh_type != SHT_GNU_VERNEED:
-            continue
-        strtab = sections[link][4]
+    for offset, _size, info, strtab in sections_of_type(sections, SHT_GNU_VERNEED):
         entry = offset
         for _ in range(info):  # sh_info: the number of Elf64_Verneed entries
             _version, cnt, _file, aux, nxt = unpack("<HHIII", data, entry)
