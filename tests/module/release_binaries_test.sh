@@ -24,8 +24,8 @@
 # compiles them deterministically is not shown here (docs/binaries.md).
 # The second run rebuilds one platform per object format and linker by default, not all four
 # (each one more release compile of the workspace crates for its target): x86_64 Linux,
-# the ELF that also runs here, and arm64 macOS, the Mach-O whose linker signs it (ad hoc, the
-# output's name as its identifier: where a name or path crept in before, docs/binaries.md).
+# the ELF that also runs here, and arm64 macOS, the Mach-O with an ad hoc code signature (the
+# output's name its identifier) and where the wrapper's debug map once differed (docs/binaries.md).
 # The other two differ from these in the CPU only: the same paths, flags, linker and packing.
 # With a subset the SHA256SUMS lines of those archives are compared, and the source archive
 # byte for byte but for its table (which lists only what was rebuilt; case 4 checks the
