@@ -118,6 +118,7 @@ suite_cc() {
 }
 
 suite_e2e() { need_helper; bash tests/e2e/run.sh; }
+suite_doctor() { need_helper; bash tests/doctor/run.sh; }
 suite_upstream() { need_helper; need_spawn; bash tests/upstream/run.sh; }
 suite_teamrc() { need_helper; need_spawn; bash tests/teamrc/run.sh; }
 suite_release() {
@@ -141,16 +142,17 @@ SUITES=(
     "transport|full|grpcio over the unix socket with each :authority form; another uid refused"
     "xcode|full|the Apple environment (DEVELOPER_DIR/SDKROOT) through Bazel 4.2.3 on stub Xcode tools"
     "compression|full|zstd compressed-blobs, capabilities, BLAKE3 refused (grpcio + zstandard)"
+    "doctor|full|clonestage doctor --json with a cache on XFS and Bazel 4.2.3, and its failure paths"
     "buildifier|quick full|buildifier on all Starlark"
     "perf_split|quick full|the parser that splits an action's extra time between Bazel and clonestage"
     "layout|quick full|import cycles, reach-ins, long files, repeated names, a //! doc on every file"
     "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive; the binary checker"
-    "launcher|quick full|the launcher (tools/bazel), black-box"
+    "launcher|quick full|the POSIX shim tools/bazel and clonestage launch (the release binary) against a stub Bazel"
     "secrets|full|another uid against a TCP build through the launcher, and a restart"
     "cc|full|the spawn wrapper's googletest suite (tests/cc), also its Darwin build on an XNU emulation; its link with GCC and with clang+libc++"
     "e2e|full|Bazel 4.2.3 through clonestage serve (tests/e2e, examples/swiftlike)"
     "upstream|full|a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying"
-    "teamrc|full|a team's .bazelrc: a dead --remote_cache, a --disk_cache, worker-style --strategy lines"
+    "teamrc|full|a team's .bazelrc (a dead --remote_cache, a --disk_cache, worker-style --strategy lines) through the launcher, without it, standing aside, every command kind"
     "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, x86_64 Linux and arm64 macOS rebuilt to the same bytes"
     "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
     "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases"

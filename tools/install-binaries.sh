@@ -4,13 +4,18 @@
 # first: the per-version home <data>/clonestage/<version>/bin (`clonestage self-install`).
 #
 #   bash tools/install-binaries.sh [--spawn PATH] [--cxx] [--target-dir DIR] [--dir DIR]
+#   bash tools/install-binaries.sh --build-helper [--target-dir DIR]
 #
 #   --spawn PATH       install this clonestage-spawn instead of building one
 #                      (`bazel run @clonestage//:install` passes the one Bazel built)
 #   --cxx              build the wrapper with the system C++ compiler ($CXX, else c++)
 #                      without trying Bazel first
-#   --target-dir DIR   cargo's target directory [default: <checkout>/rust/target]
+#   --target-dir DIR   cargo's target directory [default: $CARGO_TARGET_DIR, else
+#                      <checkout>/rust/target]
 #   --dir DIR          install there instead of the per-version home
+#   --build-helper     only build `clonestage` and print its path (`bazel run
+#                      @clonestage//:install` in WORKSPACE mode, whose `clonestage
+#                      self-install` then installs it with the wrapper Bazel built)
 #
 # Contract:
 #   - Runs only on clonestage's own Cargo workspace: the rust/ next to this script must be
@@ -38,6 +43,7 @@ spawn=""
 cxx_only=0
 target_dir=""
 dest=""
+helper_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --spawn) spawn="${2:?--spawn needs a path}"; shift 2 ;;
@@ -47,6 +53,7 @@ while [ $# -gt 0 ]; do
     --target-dir=*) target_dir="${1#--target-dir=}"; shift ;;
     --dir) dest="${2:?--dir needs a directory}"; shift 2 ;;
     --dir=*) dest="${1#--dir=}"; shift ;;
+    --build-helper) helper_only=1; shift ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
       exit 0
@@ -65,7 +72,7 @@ if ! [ -f "$manifest" ] || ! [ -f "$checkout/rust/Cargo.lock" ] || ! [ -f "$cli_
   ! grep -Eq '^clonestage-server = ' "$cli_manifest"; then
   die 2 "$checkout/rust is not clonestage's Cargo workspace (want rust/Cargo.toml, rust/Cargo.lock and the clonestage cli member); refusing to build it"
 fi
-[ -n "$target_dir" ] || target_dir="$checkout/rust/target"
+[ -n "$target_dir" ] || target_dir="${CARGO_TARGET_DIR:-$checkout/rust/target}"
 case "$target_dir" in
   /*) ;;
   *) target_dir="$PWD/$target_dir" ;;
@@ -93,6 +100,10 @@ if ! (cd "$checkout/rust" && cargo build --locked --release --manifest-path "$ma
 fi
 helper="$target_dir/release/clonestage"
 [ -x "$helper" ] || die 1 "cargo reported success but built no $helper"
+if [ "$helper_only" = 1 ]; then
+  printf '%s\n' "$helper"
+  exit 0
+fi
 
 # --- clonestage-spawn ----------------------------------------------------------------------
 

@@ -19,7 +19,10 @@
 #                  `bazel run @clonestage//:install` and then `bazel test //...`: every
 #                  action must run through clonestage (`N remote` in Bazel's summary, the
 #                  server's stats counting staged inputs by this filesystem's method), with
-#                  no other step, no binary copied by hand and no CLONESTAGE_* variable;
+#                  no other step, no binary copied by hand and no CLONESTAGE_* variable, and
+#                  the team's --disk_cache (in the workspace's .bazelrc) left empty; on the
+#                  same workspace from a HOME without the helper (a colleague's machine), the
+#                  launcher stands aside in one line and the build fills the team's disk cache;
 #                  then --check, a second install (idempotent), a foreign tools/bazel
 #                  (refused, with how to chain; chained as printed, a build runs through
 #                  both launchers and clonestage), a failing install (no cargo on PATH:
@@ -254,20 +257,26 @@ local_repository(
 )
 "
   home_bin="$HOME/.local/share/clonestage/$version/bin"
+  # The team's settings, there before clonestage: a disk cache of its own.
+  local team_disk="$dir/team-disk-cache"
+  printf 'build --disk_cache=%s\n' "$team_disk" >"$ws/.bazelrc"
 
-  # 1. The documented install command, from a workspace that has no tools/bazel yet.
+  # 1. The documented install command, from a workspace that has no tools/bazel yet. Its cargo
+  # build is cold (its own target directory), as a consumer's first install is.
   log="$dir/install.log"
-  (cd "$ws" && timeout -k 10 1800 bazel run @clonestage//:install) >"$log" 2>&1
+  (cd "$ws" && CARGO_TARGET_DIR="$dir/cargo-target" timeout -k 10 1800 bazel run @clonestage//:install) >"$log" 2>&1
   rc=$?
+  rm -rf "$team_disk" # the install's own build, before clonestage was there, filled it
   if [ "$rc" = 0 ] && [ -x "$home_bin/clonestage" ] && [ -x "$home_bin/clonestage-spawn" ] &&
     cmp -s "$ws/tools/bazel" "$root/tools/bazel" &&
     cmp -s "$ws/tools/clonestage.bazelrc" "$root/strategy/clonestage.bazelrc" &&
     grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws/.bazelrc" &&
-    grep -qx 'build --config=clonestage' "$ws/.bazelrc" &&
+    grep -qx "build --disk_cache=$team_disk" "$ws/.bazelrc" &&
+    ! grep -q -- '--config=clonestage' "$ws/.bazelrc" &&
     grep -q "building the helper from source: this clonestage is not a release" "$log" &&
     grep -q "building the helper with cargo build --locked --release" "$log" &&
     grep -q "Compiling clonestage" "$log"; then
-    pass "module: bazel run @clonestage//:install said a checkout has no prebuilt helpers, built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the .bazelrc lines ($((SECONDS - t0)) s)"
+    pass "module: bazel run @clonestage//:install said a checkout has no prebuilt helpers, built both binaries into $home_bin (cargo's progress shown), installed tools/bazel, tools/clonestage.bazelrc and the one .bazelrc line, which applies no config ($((SECONDS - t0)) s)"
   else
     fail "module: bazel run @clonestage//:install" "exit $rc" "$(tail_of "$log" 30)"
   fi
@@ -277,12 +286,36 @@ local_repository(
   (cd "$ws" && timeout -k 10 600 bazel test //...) >"$log" 2>&1
   rc=$?
   check_through_clonestage "module: bazel test //... runs its actions through clonestage" "$ws" "$log" "$rc"
+  if [ ! -e "$team_disk" ] || [ -z "$(find "$team_disk" -type f | head -n 1)" ]; then
+    pass "module: through clonestage the team's disk cache stays empty"
+  else
+    fail "module: the team's disk cache under clonestage" "$(find "$team_disk" -type f | head -n 3)"
+  fi
+
+  # 2b. The same workspace on a machine without the helper (another HOME, nothing installed,
+  # no checkout; a clone of the workspace, as a colleague has it: without this machine's
+  # bazel-* links): the launcher stands aside in one line, and the team's settings apply.
+  local colleague="$dir/home-colleague" ws_c="$dir/ws-colleague"
+  mkdir -p "$colleague" "$ws_c"
+  homes+=("$colleague")
+  (cd "$ws" && tar -cf - --exclude='./bazel-*' .) | (cd "$ws_c" && tar -xf -)
+  log="$dir/aside.log"
+  (cd "$ws_c" && HOME="$colleague" timeout -k 10 600 bazel test //...) >"$log" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] && grep -q "PASSED" "$log" && [ "$(spawns "$log" remote)" = 0 ] &&
+    [ "$(grep -c 'no clonestage helper found' "$log")" = 1 ] &&
+    [ -n "$(find "$team_disk" -type f | head -n 1)" ]; then
+    pass "module: without the helper the launcher stands aside and the build fills the team's disk cache ($(summary_of "$log" | sed 's/^INFO: //') $(find "$team_disk" -type f | wc -l) files in it)"
+  else
+    fail "module: without the helper" "exit $rc; $(summary_of "$log"); disk cache files: $(find "$team_disk" -type f 2>/dev/null | wc -l)" "$(tail_of "$log" 12)"
+  fi
+  (cd "$ws_c" && HOME="$colleague" CLONESTAGE_DISABLE=1 timeout 60 bazel shutdown) >/dev/null 2>&1
 
   # 3. --check agrees; a second install changes nothing and adds no second .bazelrc line.
   log="$dir/again.log"
-  (cd "$ws" && timeout -k 10 600 bazel run @clonestage//:install -- --check) >"$dir/check.log" 2>&1
+  (cd "$ws" && CARGO_TARGET_DIR="$dir/cargo-target" timeout -k 10 600 bazel run @clonestage//:install -- --check) >"$dir/check.log" 2>&1
   local check_rc=$?
-  (cd "$ws" && timeout -k 10 600 bazel run @clonestage//:install) >"$log" 2>&1
+  (cd "$ws" && CARGO_TARGET_DIR="$dir/cargo-target" timeout -k 10 600 bazel run @clonestage//:install) >"$log" 2>&1
   rc=$?
   if [ "$check_rc" = 0 ] && [ "$rc" = 0 ] && [ "$(grep -c 'tools/clonestage.bazelrc' "$ws/.bazelrc")" = 1 ] &&
     grep -q "up to date: $ws/tools/bazel" "$log"; then
@@ -307,9 +340,9 @@ local_repository(
   chmod +x "$ws2/tools/bazel"
   cp "$ws2/tools/bazel" "$dir/foreign.orig"
   log="$dir/foreign.log"
-  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE "$prog" "$ws2") >"$log" 2>&1
+  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE CARGO_TARGET_DIR="$dir/cargo-target" "$prog" "$ws2") >"$log" 2>&1
   rc=$?
-  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE "$prog" --as clonestage-bazel "$ws2") >"$dir/chain.log" 2>&1
+  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE CARGO_TARGET_DIR="$dir/cargo-target" "$prog" --as clonestage-bazel "$ws2") >"$dir/chain.log" 2>&1
   local chain_rc=$?
   # shellcheck disable=SC2016 # the chaining line printed, verbatim
   if [ "$rc" = 1 ] && cmp -s "$ws2/tools/bazel" "$dir/foreign.orig" &&
@@ -367,8 +400,8 @@ EOF
   rc=$?
   if [ "$rc" = 0 ] && cmp -s "$helper_data/clonestage/$version/bin/clonestage" "$home_bin/clonestage" &&
     cmp -s "$helper_data/clonestage/$version/bin/clonestage-spawn" "$home_bin/clonestage-spawn" &&
-    cmp -s "$ws4/tools/bazel" "$root/tools/bazel" && grep -q "config=clonestage" "$ws4/.bazelrc" &&
-    grep -q "installing the helper and the spawn wrapper into" "$log" && ! grep -q "cargo build" "$log"; then
+    cmp -s "$ws4/tools/bazel" "$root/tools/bazel" && grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws4/.bazelrc" &&
+    grep -q "installing the prebuilt helper and spawn wrapper" "$log" && ! grep -q "cargo build" "$log"; then
     pass "module: the helper branch installs a given helper and wrapper without cargo"
   else
     fail "module: the helper branch" "exit $rc" "$(tail_of "$log" 15)"
@@ -379,7 +412,7 @@ EOF
   mkdir -p "$ws3"
   nocargo_path="$(path_without_rust)"
   log="$dir/nocargo.log"
-  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE PATH="$nocargo_path" XDG_DATA_HOME="$fail_data" "$prog" "$ws3") >"$log" 2>&1
+  (cd / && env -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE CARGO_TARGET_DIR="$dir/cargo-target" PATH="$nocargo_path" XDG_DATA_HOME="$fail_data" "$prog" "$ws3") >"$log" 2>&1
   rc=$?
   if [ "$rc" = 1 ] && grep -q "cargo not found" "$log" && ! [ -e "$fail_data/clonestage/$version/bin" ] &&
     [ -z "$(ls -A "$ws3")" ]; then
@@ -458,7 +491,7 @@ local_repository(
   if [ "$rc" = 0 ] && grep -q "using the prebuilt clonestage $version for $triple (clonestage-v$version-$triple.tar.gz, sha256 $want_sha)" "$log" &&
     cmp -s "$home_bin/clonestage" "$x/clonestage" && cmp -s "$home_bin/clonestage-spawn" "$x/clonestage-spawn" &&
     [ "$("$home_bin/clonestage" --version)" = "clonestage $version" ] &&
-    cmp -s "$ws/tools/bazel" "$root/tools/bazel" && grep -qx 'build --config=clonestage' "$ws/.bazelrc" &&
+    cmp -s "$ws/tools/bazel" "$root/tools/bazel" && grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws/.bazelrc" && ! grep -q -- '--config=clonestage' "$ws/.bazelrc" &&
     ! grep -qE "cargo|Compiling" "$log"; then
     pass "prebuilt: bazel run @clonestage//:install with no Rust toolchain installed the release's helper and wrapper (--version: $("$home_bin/clonestage" --version); sha256 $want_sha) in $took s with a warm Bazel server"
   else
@@ -535,7 +568,7 @@ checkout_path() {
   log="$dir/install.log"
   (cd "$root" && timeout -k 10 1800 bash tools/install-binaries.sh) >"$log" 2>&1
   rc=$?
-  printf '%s\n' 'try-import %workspace%/tools/clonestage.bazelrc' 'build --config=clonestage' >>"$ws/.bazelrc"
+  echo 'try-import %workspace%/tools/clonestage.bazelrc' >>"$ws/.bazelrc"
   if [ "$rc" = 0 ] && [ -x "$HOME/.local/share/clonestage/$version/bin/clonestage-spawn" ]; then
     pass "checkout: bash tools/install-binaries.sh installed both binaries ($(grep -o 'building clonestage-spawn: [a-z+]*' "$log" | head -n 1); $((SECONDS - t0)) s)"
   else

@@ -1,8 +1,9 @@
 # tests/launcher/upstream_tests.sh: the launcher's part of issue 14 (a team's REAPI cache
 # as clonestage's upstream), sourced by tests/launcher/run.sh, which runs these functions
-# with its fixtures (setup, launch, check, start_server...).
+# with its fixtures (setup, launch, check, start_server, serve_env_is...). The real server
+# is started with these settings: what it got is read from its /proc/<pid>/environ.
 #
-# Contract under test (tools/bazel, "the team's upstream cache"):
+# Contract under test (rust/cli/src/launch/upstream.rs):
 #   - the CLONESTAGE_UPSTREAM* variables of the environment reach the `serve` it starts;
 #   - ${XDG_CONFIG_HOME:-$HOME/.config}/clonestage/upstream.env supplies them too
 #     (KEY=value lines, `#` comments, only the CLONESTAGE_UPSTREAM* keys; the environment
@@ -14,13 +15,6 @@
 
 # shellcheck shell=bash disable=SC2034 # EXTRA_ENV and friends are run.sh's
 
-serve_env() { cat "$T/cache/stub-serve-env" 2>/dev/null; }
-serve_env_is() { # the stub server got exactly these CLONESTAGE_UPSTREAM* variables
-  local expected=""
-  [ $# -eq 0 ] || expected="$(printf '%s\n' "$@")"
-  [ "$(serve_env)" = "$expected" ]
-}
-stderr_lacks() { [[ "$ERR" != *"$1"* ]]; }
 
 test_upstream_env_reaches_serve() {
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://127.0.0.1:9 CLONESTAGE_UPSTREAM_WRITE=none)
@@ -28,7 +22,7 @@ test_upstream_env_reaches_serve() {
   check "exit 0" equals "$RC" 0
   check "the server got the upstream variables" serve_env_is \
     CLONESTAGE_UPSTREAM=grpc://127.0.0.1:9 CLONESTAGE_UPSTREAM_WRITE=none
-  check "Bazel still gets the executor" args_are build "$UNIX_FLAG" //x
+  check "Bazel still gets the executor" args_are @RC build //x
   check "quiet" stderr_empty
 }
 
@@ -51,11 +45,11 @@ EOF
     CLONESTAGE_UPSTREAM_WRITE=all
   check "an ignored key is named" stderr_has "CLONESTAGE_CACHE"
   check "an unknown upstream key is named" stderr_has "CLONESTAGE_UPSTREAM_BOGUS"
-  check "the cache is not moved by the file" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
-  check "Bazel still gets the executor" args_are build "$UNIX_FLAG" //x
+  check "the cache is not moved by the file" test -n "$(server_pid)"
+  check "Bazel still gets the executor" args_are @RC build //x
 
   # XDG_CONFIG_HOME names the config directory.
-  cleanup_servers
+  stop_servers
   rm -rf "$T/cache"
   mkdir -p "$T/cache" "$T/xdg/clonestage"
   echo "CLONESTAGE_UPSTREAM=grpc://10.0.0.1:8980" >"$T/xdg/clonestage/upstream.env"
@@ -68,16 +62,17 @@ test_upstream_auth_file_inside_the_workspace_is_refused() {
   mkdir -p "$T/ws/secrets" "$T/private"
   printf 'Authorization: Bearer x\n' >"$T/ws/secrets/auth"
   printf 'Authorization: Bearer x\n' >"$T/private/auth"
+  chmod 600 "$T/private/auth" # the server reads only a private auth file
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://127.0.0.1:9 CLONESTAGE_UPSTREAM_AUTH_FILE="$T/ws/secrets/auth")
   launch build //x
   check "exit 0" equals "$RC" 0
   check "says why" stderr_has "inside the workspace"
   check "names the file" stderr_has "$T/ws/secrets/auth"
   check "the server starts without an upstream" serve_env_is
-  check "Bazel still gets the executor" args_are build "$UNIX_FLAG" //x
+  check "Bazel still gets the executor" args_are @RC build //x
 
   # A relative path (from the workspace) and a path through a symlink are inside too.
-  cleanup_servers
+  stop_servers
   rm -rf "$T/cache"
   mkdir -p "$T/cache"
   ln -s "$T/ws" "$T/wslink"
@@ -85,7 +80,7 @@ test_upstream_auth_file_inside_the_workspace_is_refused() {
   launch build //x
   check "through a symlink: refused" stderr_has "inside the workspace"
   check "through a symlink: no upstream" serve_env_is
-  cleanup_servers
+  stop_servers
   rm -rf "$T/cache"
   mkdir -p "$T/cache"
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://127.0.0.1:9 CLONESTAGE_UPSTREAM_AUTH_FILE=secrets/auth)
@@ -94,7 +89,7 @@ test_upstream_auth_file_inside_the_workspace_is_refused() {
   check "relative: no upstream" serve_env_is
 
   # A file outside is passed on.
-  cleanup_servers
+  stop_servers
   rm -rf "$T/cache"
   mkdir -p "$T/cache"
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://127.0.0.1:9 CLONESTAGE_UPSTREAM_AUTH_FILE="$T/private/auth")
@@ -107,6 +102,8 @@ test_upstream_auth_file_inside_the_workspace_is_refused() {
 test_running_server_with_another_upstream_is_kept_and_named_once() {
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://a.example:1)
   launch build //x
+  local first
+  first="$(server_pid)"
   check "first: quiet" stderr_empty
   check "first: started with A" serve_env_is CLONESTAGE_UPSTREAM=grpc://a.example:1
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://b.example:2)
@@ -115,9 +112,8 @@ test_running_server_with_another_upstream_is_kept_and_named_once() {
   check "other setting: names the server's upstream" stderr_has "grpc://a.example:1"
   check "other setting: names the wanted upstream" stderr_has "grpc://b.example:2"
   check "other setting: says how to switch" stderr_has "stop"
-  check "other setting: Bazel still gets the executor" args_are build "$UNIX_FLAG" //x
-  check "other setting: not restarted" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
-  check "other setting: not stopped" no_file "$T/cache/stub-stop-calls"
+  check "other setting: Bazel still gets the executor" args_are @RC build //x
+  check "other setting: not restarted" equals "$(server_pid)" "$first"
   launch build //x
   check "said once" stderr_empty
   EXTRA_ENV=()
@@ -128,7 +124,7 @@ test_running_server_with_another_upstream_is_kept_and_named_once() {
   EXTRA_ENV=(CLONESTAGE_UPSTREAM=grpc://a.example:1)
   launch build //x
   check "same setting again: quiet" stderr_empty
-  check "never restarted" equals "$(count_lines "$T/cache/stub-serve-starts")" 1
+  check "never restarted" equals "$(server_pid)" "$first"
 }
 
 test_server_started_elsewhere_with_unknown_upstream_is_named_once() {
@@ -137,7 +133,7 @@ test_server_started_elsewhere_with_unknown_upstream_is_named_once() {
   launch build //x
   check "exit 0" equals "$RC" 0
   check "says the server's setting is not known here" stderr_has "status\` shows it"
-  check "Bazel still gets the executor" args_are build "$UNIX_FLAG" //x
+  check "Bazel still gets the executor" args_are @RC build //x
   launch build //x
   check "said once" stderr_empty
   EXTRA_ENV=()

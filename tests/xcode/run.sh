@@ -10,7 +10,10 @@
 #   2. Xcode 16.1 with --spawn_strategy=remote: the action fails (exit 1), and Bazel prints
 #      its stderr, the server's message naming 16.1 and the installed 15.2;
 #   3. Xcode 16.1 under the strategy of --config=clonestage (remote,local with
-#      --remote_local_fallback): the same failure with the message, no silent local run.
+#      --remote_local_fallback): the same failure with the message, no silent local run;
+#   4. an SDK version the stub Xcode lacks (17.4): SDKROOT from `xcrun --sdk iphonesimulator`,
+#      the platform alone, as Bazel 8-9 ask for it.
+# Every action's TMPDIR is the server's own (started with TMPDIR=$tmp/action-tmp).
 #
 # Prints PASS/FAIL per check and "N passed, M failed"; exit 1 on any failure. Everything lives
 # in one temp dir (TMPDIR), removed on exit with the Bazel server and clonestage server it
@@ -80,11 +83,12 @@ printf '<plist><dict><key>CFBundleShortVersionString</key><string>15.2</string><
 printf '#!/bin/sh\necho %s\n' "$dev" >"$tools/xcode-select"
 printf '#!/bin/sh\nexit 0\n' >"$tools/mdfind"
 # shellcheck disable=SC2016 # the stub expands its own $2 and $DEVELOPER_DIR when it runs
-printf '#!/bin/sh\ncase "$2" in iphonesimulator17.2) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac\n' >"$tools/xcrun"
+printf '#!/bin/sh\ncase "$2" in iphonesimulator17.2|iphonesimulator) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac\n' >"$tools/xcrun"
 chmod 755 "$tools/xcode-select" "$tools/mdfind" "$tools/xcrun"
 
 cache="$tmp/cache"
-CLONESTAGE_APPLE_TOOLS="$tools" CLONESTAGE_LOG=info "$BIN" serve --cache "$cache" --jobs 1 \
+mkdir -p "$tmp/action-tmp"
+TMPDIR="$tmp/action-tmp" CLONESTAGE_APPLE_TOOLS="$tools" CLONESTAGE_LOG=info "$BIN" serve --cache "$cache" --jobs 1 \
   --spawn "$spawn" >"$tmp/serve.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
@@ -113,7 +117,7 @@ if build found.log 15.2 --spawn_strategy=remote &&
   grep -q '1 remote' "$tmp/found.log" &&
   grep -qx "DEVELOPER_DIR=$dev" bazel-bin/env.txt &&
   grep -qx "SDKROOT=$dev/SDKs/iphonesimulator17.2.sdk" bazel-bin/env.txt &&
-  grep -q '^TMPDIR=.' bazel-bin/env.txt; then
+  grep -qx "TMPDIR=$tmp/action-tmp" bazel-bin/env.txt; then
   pass "Xcode 15.2: DEVELOPER_DIR, SDKROOT and TMPDIR in the remote action's env"
 else
   fail "Xcode 15.2: DEVELOPER_DIR, SDKROOT and TMPDIR in the remote action's env" \
@@ -138,6 +142,15 @@ if ! build fallback.log 16.1 --spawn_strategy=remote,local --remote_local_fallba
 else
   fail "Xcode 16.1 with --remote_local_fallback: the build fails with the server's message, no silent local run" \
     "$(tail -8 "$tmp/fallback.log")"
+fi
+
+# 4. an SDK version the Xcode lacks: the platform alone (Bazel 8-9's xcrun --sdk <platform>)
+if build other-sdk.log 15.2 --spawn_strategy=remote --action_env=APPLE_SDK_VERSION_OVERRIDE=17.4 &&
+  grep -qx "SDKROOT=$dev/SDKs/iphonesimulator.sdk" bazel-bin/env.txt; then
+  pass "SDK 17.4, which Xcode 15.2 lacks: SDKROOT of the platform alone"
+else
+  fail "SDK 17.4, which Xcode 15.2 lacks: SDKROOT of the platform alone" \
+    "$(tail -5 "$tmp/other-sdk.log")" "$(grep -E 'SDKROOT' bazel-bin/env.txt 2>/dev/null)"
 fi
 
 echo "$passed passed, $failed failed"

@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// Keep the work directory
     #[arg(long)]
     pub keep: bool,
+    /// Instead: stage each shape with four Mach-O code files under --preserve-inodes macho
+    /// and none, side by side (cold and warm, alternating order)
+    #[arg(long)]
+    pub preserve_inodes_compare: bool,
 }
 
 pub fn select_shapes(spec: &str) -> Result<Vec<Shape>> {

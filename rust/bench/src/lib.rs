@@ -51,6 +51,9 @@
 //! `--parallel-sweep` instead times raw hardlink and reflink at 1, 2, 4, 8 threads (the
 //! engine stages single-threaded today; this is the data for its in-flight cap).
 //!
+//! `--preserve-inodes-compare` instead stages each shape with a few Mach-O code files under
+//! `--preserve-inodes macho` and `none`, side by side (`code_compare.rs`).
+//!
 //! Files, in the order a run passes through them: `args.rs` (arguments, `--shape`),
 //! `machine.rs` (the header's machine and filesystem), `shapes.rs` (the generated trees),
 //! `caches.rs` (ingest, the three caches), `interleaved.rs` (one shape: units, warm-up,
@@ -61,6 +64,7 @@
 mod args;
 mod caches;
 mod cas_source;
+mod code_compare;
 mod fdops;
 mod interleaved;
 mod load;
@@ -150,6 +154,24 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let t = Instant::now();
         let dir = env.work.join(shape.name);
         std::fs::create_dir(&dir)?;
+        if args.preserve_inodes_compare {
+            let lines = code_compare::compare_shape(args, &shape, &dir, &env.fs)
+                .with_context(|| format!("shape {}", shape.name))?;
+            for l in lines.iter().filter(|l| !l.starts_with('{') || args.json) {
+                println!("{l}");
+            }
+            if let Some(f) = &mut json_out {
+                for l in lines.iter().filter(|l| l.starts_with('{')) {
+                    writeln!(f, "{l}")?;
+                }
+                f.flush()?;
+            }
+            if !args.keep {
+                clonestage_engine::remove::remove_tree(&dir)?;
+            }
+            eprintln!("bench: {}: {:.0} s", shape.name, t.elapsed().as_secs_f64());
+            continue;
+        }
         let rows = if args.parallel_sweep {
             thread_sweep::sweep_shape(args, &env, &shape, &dir)
         } else {

@@ -1,10 +1,16 @@
 //! `clonestage`: the command line over the staging engine and the local REAPI endpoint.
-//! Flags are defined once here with their docs; each command lives in `commands/`.
+//! Flags are defined once here with their docs; each command lives in `commands/`, the
+//! launcher behind tools/bazel in `launch/`, what it knows of Bazel in `bazel/`, and where a
+//! user's files go in `dirs`.
 
+mod bazel;
 mod commands;
+mod dirs;
+mod launch;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use clonestage_engine::stage::TreeLimits;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,7 +21,8 @@ use std::process::ExitCode;
     about = "Stage Bazel action inputs by clonefile/reflink/hardlink from a local cache"
 )]
 struct Cli {
-    /// Cache directory [default: $CLONESTAGE_CACHE, else ~/.cache/clonestage, ~/Library/Caches/clonestage on macOS]
+    /// Cache directory [default: $CLONESTAGE_CACHE, else $XDG_CACHE_HOME/clonestage (Linux, when
+    /// absolute), else ~/.cache/clonestage, or ~/Library/Caches/clonestage on macOS]
     #[arg(long, global = true, value_name = "DIR")]
     cache: Option<PathBuf>,
     #[command(subcommand)]
@@ -50,6 +57,8 @@ enum Cmd {
         /// Print the stage's own counters as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        code: CodeArgs,
     },
     /// Show counters kept across processes (per method, subtree cache, fallbacks, staging time).
     Stats {
@@ -136,6 +145,8 @@ enum Cmd {
             value_delimiter = ','
         )]
         shared_dirs: Vec<String>,
+        #[command(flatten)]
+        code: CodeArgs,
     },
     /// Stop the server for this cache: SIGTERM to it, then wait until it has released the
     /// cache (exit 0; 1 if it is still running after --timeout; 3 if none was running).
@@ -167,21 +178,73 @@ enum Cmd {
         #[arg(long, value_name = "VERSION")]
         for_bazel: Option<String>,
     },
+    /// Check this machine for clonestage (run it first on a Mac): the cache's filesystem, a
+    /// trial stage against the permission contract, running staged executables by clone and
+    /// by hardlink, the workspace's Xcode routing, the server, a tiny build with your Bazel
+    /// through it, the Apple environment. Exit 1 if any check fails.
+    Doctor {
+        /// The Bazel to build with [default: bazel on PATH].
+        #[arg(long, value_name = "PATH")]
+        bazel: Option<PathBuf>,
+        /// {"version", "checks": [{"name", "status": pass|fail|skip, "detail", "ms"}]}.
+        #[arg(long)]
+        json: bool,
+        /// Runs per kind of staged executable in the exec check [default: 300 on macOS, 20 on
+        /// Linux].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        exec_runs: Option<u32>,
+    },
     /// Whether a server is up for the cache (pid, version, socket, TCP port; never the
     /// token), the cache's filesystem, and how and why it stages there (exit 0 up, 3 down).
     Status,
     /// Copy this binary and the spawn wrapper (atomically, 0755) into the per-version home
     /// `<data>/clonestage/<version>/bin/` where tools/bazel looks first; print the directory.
-    SelfInstall {
-        /// The clonestage-spawn wrapper to install beside this binary (an executable file).
+    /// With --launcher, also install clonestage into a workspace (`bazel run
+    /// @clonestage//:install` runs this): tools/bazel, tools/clonestage.bazelrc and the
+    /// `.bazelrc` line that imports it.
+    SelfInstall(commands::SelfInstallArgs),
+    /// Run Bazel through clonestage: what tools/bazel execs. For a command that builds, start
+    /// the server if it is not up, then exec the real Bazel with clonestage's rc file (the
+    /// executor and settings for that Bazel release); every other command, and every command
+    /// clonestage cannot serve (said in one line), runs Bazel untouched.
+    Launch {
+        /// The real Bazel binary.
         #[arg(long, value_name = "PATH")]
-        spawn: PathBuf,
-        /// Install here instead [default: $XDG_DATA_HOME (if absolute), else
-        /// ~/.local/share (Linux) or ~/Library/Application Support (macOS), then
-        /// clonestage/<version>/bin].
+        bazel: PathBuf,
+        /// The workspace whose tools/bazel ran (its .bazelrc and .bazelversion are read).
         #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
+        workspace: PathBuf,
+        /// Bazel's arguments, verbatim (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
+}
+
+/// `--preserve-inodes` and `--macho-link-age-ms`, for `stage` and `serve`.
+#[derive(clap::Args)]
+struct CodeArgs {
+    /// macho: Mach-O executables, dylibs and plugins are staged as hardlinks to the cache's
+    /// inode even where clones exist (macOS verifies code per inode: a clone is verified again
+    /// in every action); none: every input is cloned there. `clonestage doctor` says which
+    /// wins on this machine.
+    #[arg(long, env = "CLONESTAGE_PRESERVE_INODES", default_value = "none",
+          value_parser = clonestage_engine::stage::PreserveInodes::parse)]
+    preserve_inodes: clonestage_engine::stage::PreserveInodes,
+    /// How old (milliseconds) a hardlink must be before an action may run through it; younger
+    /// links come only from the pool's ready copies, made ahead (macOS SIGKILLs some execs of
+    /// fresh links) [default: 2000 on macOS, 0 on Linux].
+    #[arg(long, env = "CLONESTAGE_MACHO_LINK_AGE_MS", value_name = "MS")]
+    macho_link_age_ms: Option<u64>,
+}
+
+impl CodeArgs {
+    fn policy(&self) -> clonestage_engine::stage::CodePolicy {
+        let p = clonestage_engine::stage::CodePolicy::new(self.preserve_inodes);
+        match self.macho_link_age_ms {
+            Some(ms) => p.with_min_link_age(std::time::Duration::from_millis(ms)),
+            None => p,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -193,9 +256,30 @@ enum Method {
 }
 
 fn main() -> ExitCode {
+    // tools/bazel runs this before every Bazel command, always in one form: read it without
+    // building the whole command line (clap still parses any other form of `launch`).
+    if let Some(a) = launch::LaunchArgs::from_shim(std::env::args_os()) {
+        return launch::launch(a);
+    }
     let cli = Cli::parse();
+    // The launcher runs before every Bazel command: no logging setup on its path.
+    let cmd = match cli.cmd {
+        Cmd::Launch {
+            bazel,
+            workspace,
+            args,
+        } => {
+            return launch::launch(launch::LaunchArgs {
+                bazel,
+                workspace,
+                cache: cli.cache,
+                args,
+            })
+        }
+        other => other,
+    };
     // The server logs its readiness and each failure; one-shot commands only warnings.
-    let default_level = if matches!(cli.cmd, Cmd::Serve { .. }) {
+    let default_level = if matches!(cmd, Cmd::Serve { .. }) {
         "info"
     } else {
         "warn"
@@ -207,7 +291,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    if !matches!(cli.cmd, Cmd::Serve { .. } | Cmd::Bench(_)) {
+    if !matches!(cmd, Cmd::Serve { .. } | Cmd::Bench(_)) {
         // A one-shot command's report piped into `head` must end it quietly, as it does any
         // Unix tool, not panic on EPIPE (Rust ignores SIGPIPE by default). The server and
         // the bench keep ignoring it: they write to sockets and pipes of their own.
@@ -216,8 +300,8 @@ fn main() -> ExitCode {
     let cache = cli
         .cache
         .clone()
-        .unwrap_or_else(clonestage_engine::default_cache_dir);
-    let r = match cli.cmd {
+        .unwrap_or_else(|| dirs::cache_dir(&dirs::process_env));
+    let r = match cmd {
         Cmd::Ingest {
             path,
             all_executable,
@@ -230,6 +314,7 @@ fn main() -> ExitCode {
             allow_absolute_symlinks,
             allow_escaping_symlinks,
             json,
+            code,
         } => commands::stage(
             &cache,
             commands::StageArgs {
@@ -247,6 +332,7 @@ fn main() -> ExitCode {
                     allow_escaping: allow_escaping_symlinks,
                 },
                 json,
+                code: code.policy(),
             },
         ),
         Cmd::Stats { json } => commands::stats(&cache, json),
@@ -271,6 +357,7 @@ fn main() -> ExitCode {
             upstream_queue_max,
             pool_copies,
             shared_dirs,
+            code,
         } => clonestage_server::serve(clonestage_server::ServeOptions {
             cache_dir: cache,
             port,
@@ -300,6 +387,7 @@ fn main() -> ExitCode {
             }),
             pool_copies,
             shared_dirs,
+            code: code.policy(),
         })
         .map(|_| ExitCode::SUCCESS),
         Cmd::Address {
@@ -318,8 +406,19 @@ fn main() -> ExitCode {
             same_version,
         ),
         Cmd::Status => commands::status(&cache),
+        Cmd::Doctor {
+            bazel,
+            json,
+            exec_runs,
+        } => commands::doctor(commands::DoctorArgs {
+            cache: cache.clone(),
+            bazel,
+            json,
+            exec_runs,
+        }),
         Cmd::Bench(args) => clonestage_bench::run(&args).map(|_| ExitCode::SUCCESS),
-        Cmd::SelfInstall { spawn, dir } => commands::self_install(&spawn, dir.as_deref()),
+        Cmd::SelfInstall(args) => commands::self_install(&args),
+        Cmd::Launch { .. } => unreachable!("handled before logging is set up"),
     };
     match r {
         Ok(code) => code,

@@ -1,6 +1,7 @@
 //! `clonestage address`: the lines users without the launcher paste into ~/.bazelrc.
 //! `--for-bazel VERSION` gives Bazel 6+ the unix socket and 4.x/5.x a `try-import` of the
-//! server's private TCP rc file (Bazel 4.2.3 exits 37 without a message on `unix:`); the
+//! server's private TCP rc file (Bazel 4.2.3 exits 37 without a message on `unix:`), then the
+//! settings only that release has, as `build:clonestage` lines (the launcher's table); the
 //! bare form, which prints the unix executor, says on stderr that it is for Bazel 6+.
 
 mod common;
@@ -50,19 +51,60 @@ fn for_bazel_prints_the_rc_line_that_version_can_use() {
     let sock = real.join("server/clonestage.sock");
     let rc = real.join("server/tcp.bazelrc");
 
-    for v in ["6", "7.4.1", "bazel 8.0.0", "release 9.0.0rc1"] {
+    let compression_5 = "build:clonestage --noexperimental_remote_cache_compression";
+    // Each version-specific line names the releases that have its flag.
+    let compression_5_line =
+        "build:clonestage --noexperimental_remote_cache_compression  # Bazel 5.0.0 to 6.x";
+    let compression_7 = "build:clonestage --noremote_cache_compression";
+    let additive = "build:clonestage --incompatible_modify_execution_info_additive";
+    let no_remote = "build:clonestage --modify_execution_info=SwiftCompile|";
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        ("6", &[compression_5], &[compression_7, additive, no_remote]),
+        (
+            "7.1.0",
+            &[compression_7],
+            &[compression_5, additive, no_remote],
+        ),
+        (
+            "7.4.1",
+            &[compression_7, additive, no_remote],
+            &[compression_5],
+        ),
+        ("bazel 8.0.0", &[compression_7, additive, no_remote], &[]),
+        ("release 9.0.0rc1", &[compression_7, no_remote], &[additive]),
+    ];
+    for (v, has, lacks) in cases {
         let o = cs(&cache, &["address", "--for-bazel", v]);
         assert_eq!(o.status.code(), Some(0), "{v}: {o:?}");
+        let out = stdout(&o);
+        let mut lines = out.lines();
         assert_eq!(
-            stdout(&o),
-            format!("build --remote_executor=unix://{}\n", sock.display()),
+            lines.next().unwrap(),
+            format!("build --remote_executor=unix:{}", sock.display()),
             "{v}"
         );
+        let rest: Vec<&str> = lines.collect();
+        assert_eq!(rest.len(), has.len(), "{v}: {out}");
+        for h in *has {
+            assert!(
+                rest.iter().any(|l| l.starts_with(h)),
+                "{v} lacks {h}: {out}"
+            );
+        }
+        for l in *lacks {
+            assert!(!rest.iter().any(|r| r.starts_with(l)), "{v} has {l}: {out}");
+        }
     }
-    for v in ["4.2.3", "bazel 5.4.1", "5"] {
+    for (v, extra) in [
+        ("4.2.3", None),
+        ("bazel 5.4.1", Some(compression_5_line)),
+        ("5", Some(compression_5_line)),
+    ] {
         let o = cs(&cache, &["address", "--for-bazel", v]);
         assert_eq!(o.status.code(), Some(0), "{v}: {o:?}");
-        assert_eq!(stdout(&o), format!("try-import {}\n", rc.display()), "{v}");
+        let want = format!("try-import {}\n", rc.display())
+            + &extra.map(|e| format!("{e}\n")).unwrap_or_default();
+        assert_eq!(stdout(&o), want, "{v}");
     }
     // The line names a file that holds the executor and the token, readable by its owner only.
     let text = std::fs::read_to_string(&rc).unwrap();
@@ -98,7 +140,8 @@ fn the_bare_unix_line_says_it_is_for_bazel_6_and_later() {
     // stdout stays the one flag the launcher reads.
     let out = stdout(&o);
     assert_eq!(out.lines().count(), 1, "{out}");
-    assert!(out.starts_with("--remote_executor=unix://"), "{out}");
+    assert!(out.starts_with("--remote_executor=unix:/"), "{out}");
+    assert!(!out.starts_with("--remote_executor=unix://"), "{out}");
     let err = stderr(&o);
     assert!(err.contains("Bazel 6+"), "{err}");
     assert!(err.contains("--for-bazel VERSION"), "{err}");

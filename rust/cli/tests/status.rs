@@ -78,7 +78,7 @@ fn address_same_version_refuses_a_server_of_another_version_naming_both() {
     let ok = cs(&cache, &["address", "--same-version"]);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     assert!(
-        stdout(&ok).starts_with("--remote_executor=unix://"),
+        stdout(&ok).starts_with("--remote_executor=unix:/"),
         "{ok:?}"
     );
 

@@ -47,6 +47,11 @@ pub struct Counters {
     pub pool_discarded: u64,
     pub pool_discard_reasons: BTreeMap<String, u64>,
     pub pool_built: u64,
+    /// `--preserve-inodes macho`: Mach-O code inputs hardlinked to the cache's inode (also
+    /// counted in `hardlink`; taken from the pool inside a copy included), and code inputs
+    /// cloned because no link old enough to run was at hand.
+    pub code_linked: u64,
+    pub code_cloned: u64,
     #[serde(flatten)]
     pub extra: BTreeMap<String, u64>,
 }
@@ -80,6 +85,8 @@ impl Counters {
             *self.pool_discard_reasons.entry(k.clone()).or_default() += v;
         }
         self.pool_built += o.pool_built;
+        self.code_linked += o.code_linked;
+        self.code_cloned += o.code_cloned;
         for (k, v) in &o.extra {
             *self.extra.entry(k.clone()).or_default() += v;
         }

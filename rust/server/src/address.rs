@@ -1,5 +1,5 @@
 //! `clonestage address [--tcp | --bazelrc]`: how Bazel reaches the server running on a cache.
-//! Unix socket: `--remote_executor=unix://<absolute socket path>`. TCP:
+//! Unix socket: `--remote_executor=unix:<absolute socket path>` (`listen::unix_target`). TCP:
 //! `--remote_executor=grpc://127.0.0.1:<port>` only: the token it needs is a secret and never
 //! goes into an argv, so Bazel reads it, with the executor, from the private rc file that
 //! `--bazelrc` names (`<cache>/server/tcp.bazelrc`: pass it as `bazel --bazelrc=<path>`, or
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// What `clonestage address` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddressForm {
-    /// `--remote_executor=unix://...`
+    /// `--remote_executor=unix:/...`
     Unix,
     /// `--remote_executor=grpc://127.0.0.1:<port>` (no token: see `tcp_bazelrc`)
     Tcp,
@@ -24,7 +24,10 @@ pub enum AddressForm {
 pub fn address(cache_dir: &Path, form: AddressForm) -> Result<Vec<String>> {
     let (layout, port) = ready(cache_dir)?;
     Ok(vec![match form {
-        AddressForm::Unix => format!("--remote_executor=unix://{}", layout.socket().display()),
+        AddressForm::Unix => format!(
+            "--remote_executor={}",
+            crate::listen::unix_target(&layout.socket())
+        ),
         AddressForm::Tcp => format!("--remote_executor=grpc://127.0.0.1:{port}"),
     }])
 }
@@ -203,6 +206,24 @@ mod tests {
         let s = running(dir.path()).unwrap().unwrap();
         assert_eq!(s.tcp_port, Some(40005));
         assert_eq!(s.pid, std::process::id() as i32);
+    }
+
+    #[test]
+    fn the_unix_address_is_the_very_path_bazel_connects_to() {
+        // Bazel strips only `unix:` (GoogleAuthUtils.newUnixNettyChannelBuilder): what follows
+        // it must be the socket path itself, not `//` and the path.
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(&dir.path().canonicalize().unwrap());
+        std::fs::create_dir_all(layout.server_dir()).unwrap();
+        let _lock = ServerLock::acquire(&layout.lock()).unwrap();
+        std::fs::write(layout.tcp_port(), crate::layout::tcp_port_text(40006)).unwrap();
+        let flag = address(dir.path(), AddressForm::Unix).unwrap().remove(0);
+        let target = flag.strip_prefix("--remote_executor=").unwrap();
+        assert_eq!(
+            target.strip_prefix("unix:"),
+            Some(layout.socket().to_str().unwrap()),
+            "{flag}"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //! <cache>/work/<id>/         one action's work dir: root/ (the staged input root), stdout,
 //!                            stderr; removed after the action (by the janitor while no
 //!                            action runs), swept at start
+//! <cache>/work-making/<id>/  a work dir made ahead of time while it is being filled; renamed
+//!                            into work/ once whole, so no reader of work/ sees half of one;
+//!                            swept at start
 //! <cache>/ac/<hh>/<hash>-<size>    ActionResult messages keyed by action digest
 //! <cache>/server/upstream    the running server's upstream (`URL (instance "N", write M)`),
 //!                            for `clonestage status`; absent without one
@@ -77,6 +80,10 @@ impl Layout {
 
     pub fn work_dir(&self) -> PathBuf {
         self.cache.join("work")
+    }
+
+    pub fn work_making_dir(&self) -> PathBuf {
+        self.cache.join("work-making")
     }
 
     pub fn ac_dir(&self) -> PathBuf {

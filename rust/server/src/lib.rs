@@ -9,13 +9,15 @@
 //! `action_cache_service` over `ac_store`, `execution`), `upstream` (a team's cache
 //! behind this one), `failure` (how failures reach
 //! clients), `server_counters` (server counters in stats.json), `zstd` (the codec of
-//! ByteStream and the CAS batch calls), `eviction` (the cache's size limit). README.md draws
+//! ByteStream and the CAS batch calls), `eviction` (the cache's size limit), `apple_probe`
+//! (the Apple environment an action would get, for `clonestage doctor`). README.md draws
 //! an Execute's path through them.
 
 mod ac_store;
 mod action_cache_service;
 mod activity;
 mod address;
+mod apple_probe;
 mod auth;
 mod bytestream;
 mod capabilities;
@@ -37,10 +39,12 @@ mod upstream;
 mod zstd;
 
 pub use address::{check_same_version, running, RunningServer, VersionMismatch};
+pub use apple_probe::{apple_probe, AppleProbe};
 pub use auth::TOKEN_HEADER;
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
 pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
+pub use listen::unix_target;
 pub use server::{start, ServerHandle, DRAIN_GRACE};
 pub use server_counters::{stage_percentiles, STAGE_BUCKETS_US};
 pub use stop::{stop, Stopped};
@@ -85,6 +89,9 @@ pub struct ServeOptions {
     /// each (`--shared-dir`; compilers' module caches, docs/module-cache.md), checked when the
     /// server starts: empty, the default list; `none` alone, none.
     pub shared_dirs: Vec<String>,
+    /// `--preserve-inodes` and `--macho-link-age-ms`: Mach-O code inputs as links to the
+    /// cache's inodes (the engine's `stage::code_links`).
+    pub code: clonestage_engine::stage::CodePolicy,
 }
 
 /// Upload entries waiting in the cache's upstream queue (`clonestage stats`'s

@@ -10,7 +10,22 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// Longest unix socket path (sun_path is 108 bytes with the NUL on Linux, 104 on macOS).
-const MAX_SOCKET_PATH: usize = if cfg!(target_os = "macos") { 103 } else { 107 };
+const MAX_SOCKET_PATH: usize = clonestage_engine::platform::MAX_UNIX_SOCKET_PATH;
+
+/// How Bazel is told to reach the socket: `unix:` and the absolute path, with no `//`.
+/// Bazel strips only `unix:` (`new DomainSocketAddress(target.replaceFirst("^unix:", ""))` in
+/// `GoogleAuthUtils.newUnixNettyChannelBuilder`, bazelbuild/bazel
+/// src/main/java/com/google/devtools/build/lib/authandtls/GoogleAuthUtils.java), so
+/// `unix:///p` would make it connect to `///p`, two bytes longer than the path checked here,
+/// and overflow `sun_path` inside netty for a path close to the limit.
+pub fn unix_target(socket: &Path) -> String {
+    format!("unix:{}", socket.display())
+}
+
+/// The path Bazel's netty connects to for `target` (all after `unix:`).
+fn bazel_connect_path(target: &str) -> &str {
+    target.strip_prefix("unix:").unwrap_or(target)
+}
 
 /// Create (or tighten) the server directory: 0700.
 pub(crate) fn server_dir(dir: &Path) -> Result<()> {
@@ -22,10 +37,12 @@ pub(crate) fn server_dir(dir: &Path) -> Result<()> {
 /// Bind the unix socket, replacing a stale one (the caller holds the server lock, so no live
 /// server owns it).
 pub(crate) fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
-    let len = path.as_os_str().len();
+    // The string Bazel will connect to, not only the path we bind.
+    let target = unix_target(path);
+    let len = bazel_connect_path(&target).len();
     if len > MAX_SOCKET_PATH {
         bail!(
-            "unix socket path {} is {len} bytes, more than the {MAX_SOCKET_PATH} the OS allows; use a shorter --cache",
+            "unix socket path {} is {len} bytes as Bazel connects to it (from {target}), more than the {MAX_SOCKET_PATH} the OS allows; use a shorter --cache",
             path.display()
         );
     }
@@ -79,4 +96,36 @@ pub(crate) fn bind_tcp(port: u16) -> Result<tokio::net::TcpListener> {
         .with_context(|| format!("bind 127.0.0.1:{port}"))?;
     l.set_nonblocking(true).context("set_nonblocking")?;
     tokio::net::TcpListener::from_std(l).context("register tcp listener")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket path of `len` bytes under a fresh temporary directory.
+    fn socket_path_of(dir: &Path, len: usize) -> std::path::PathBuf {
+        let base = dir.join("clonestage.sock");
+        let pad = len - base.as_os_str().len() - 1;
+        let sub = dir.join("p".repeat(pad));
+        std::fs::create_dir(&sub).unwrap();
+        let p = sub.join("clonestage.sock");
+        assert_eq!(p.as_os_str().len(), len);
+        p
+    }
+
+    #[tokio::test]
+    async fn the_limit_holds_for_the_path_bazel_connects_to() {
+        let d = tempfile::tempdir().unwrap();
+        let longest = socket_path_of(d.path(), MAX_SOCKET_PATH);
+        assert_eq!(
+            bazel_connect_path(&unix_target(&longest)),
+            longest.to_str().unwrap(),
+            "Bazel strips only `unix:`: the target must add no slash"
+        );
+        bind_unix(&longest).expect("the longest path fits");
+        let e = tempfile::tempdir().unwrap();
+        let over = socket_path_of(e.path(), MAX_SOCKET_PATH + 1);
+        let err = format!("{:#}", bind_unix(&over).unwrap_err());
+        assert!(err.contains("as Bazel connects to it"), "{err}");
+    }
 }

@@ -137,9 +137,11 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     write_atomically(&layout.version(), &format!("{}\n", crate::VERSION))?;
     let spawn = spawn::locate(opts.spawn.as_deref())?;
 
-    std::fs::create_dir_all(layout.work_dir())
-        .with_context(|| format!("mkdir {}", layout.work_dir().display()))?;
-    let swept = workdir::sweep(&layout.work_dir());
+    let mut swept = 0;
+    for dir in [layout.work_dir(), layout.work_making_dir()] {
+        std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        swept += workdir::sweep(&dir);
+    }
     let tmp = clonestage_engine::cas::sweep_dead_tmp(&cache);
     if swept + tmp > 0 {
         tracing::info!(
@@ -162,6 +164,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         opts.jobs,
         id,
         layout.work_dir(),
+        layout.work_making_dir(),
     ));
     let state = Arc::new(State::new(
         cache,
@@ -171,6 +174,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         opts.upstream.clone(),
         opts.pool_copies,
         shared_dirs,
+        opts.code,
     )?);
     match &state.upstream {
         Some(up) => {

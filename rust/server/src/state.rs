@@ -41,8 +41,18 @@ impl State {
         upstream: Option<crate::upstream::UpstreamOptions>,
         pool_copies: usize,
         shared: Vec<Pattern>,
+        code: clonestage_engine::stage::CodePolicy,
     ) -> anyhow::Result<State> {
-        let mut stager = Stager::new(cache.clone()).with_limits(limits);
+        let mut stager = Stager::new(cache.clone())
+            .with_limits(limits)
+            .with_code_policy(code);
+        if code.preserves() {
+            tracing::info!(
+                preserve_inodes = code.preserve.name(),
+                min_link_age_ms = code.min_link_age.as_millis() as u64,
+                "Mach-O code inputs are staged as links to the cache's inodes (links younger than the minimum age come only from the pool)"
+            );
+        }
         // Ready copies of hot subtrees (the engine's `stage::pool`); a stale pool is emptied.
         let bounds = clonestage_engine::stage::PoolBounds {
             copies: pool_copies,

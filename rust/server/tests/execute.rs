@@ -557,6 +557,41 @@ async fn wait_execution_follows_an_operation() {
     s.stop().await;
 }
 
+/// Issue 22 item 5: Bazel gives every local spawn, on Linux as on macOS, the Bazel command's
+/// TMPDIR (else /tmp) in place of the spawn's own (`execution/tmpdir.rs` cites where); the
+/// server does the same with its own TMPDIR, for every action, Apple or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_action_gets_the_servers_tmpdir_in_place_of_its_own() {
+    let mut s = TestServer::start().await;
+    let mut c = s.clients().await;
+    let want = std::env::var("TMPDIR")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "/tmp".into());
+    for own in [None, Some("/nonexistent/the-actions-own")] {
+        let mut cmd = sh("printf '%s' \"${TMPDIR-unset}\"");
+        if let Some(v) = own {
+            // Sorted by name, as REAPI asks: PATH, then TMPDIR.
+            cmd.environment_variables
+                .push(pb::command::EnvironmentVariable {
+                    name: "TMPDIR".into(),
+                    value: v.into(),
+                });
+        }
+        let action = upload_action(&mut c, &cmd, Digest::EMPTY, None, false).await;
+        let (_, resp) = c.execute(action, true).await;
+        let r = ok(&resp);
+        assert_eq!(r.exit_code, 0);
+        let out = c.read_proto(r.stdout_digest.as_ref().unwrap()).await;
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            want,
+            "action's own: {own:?}"
+        );
+    }
+    s.stop().await;
+}
+
 /// `jobs` bounds how many actions run at once: two 1 s actions overlap with jobs=2 and run
 /// one after the other with jobs=1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,6 +140,51 @@ async fn a_pooled_copy_is_recycled_untouched_and_discarded_when_an_action_wrote_
     );
 }
 
+/// Issue 23 item 5: an action running as root mounts a tmpfs over the pooled subtree it was
+/// lent and writes into it. Its work dir was left behind (rmdir of the mount point: EBUSY),
+/// mount and all. Now the mount is detached before the copy is proven and the dir removed: the
+/// work dir goes, no mount is left in the cache, and no later action sees the tmpfs's file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tmpfs_an_action_mounts_over_its_pooled_copy_is_detached_and_its_work_dir_removed() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: mounting a tmpfs needs root");
+        return;
+    }
+    let mut s = TestServer::start().await;
+    let cache = s.cache();
+    let mut c = s.clients().await;
+    let root = sdk_root(&mut c).await;
+    let list = "ls sdk/include > out.txt";
+    for i in 0..2 {
+        run(&mut c, root, &format!("echo {i} >/dev/null; {list}")).await;
+    }
+    wait_ready(&cache).await;
+    let (resp, _) = run(
+        &mut c,
+        root,
+        "mount -t tmpfs cs-pool-test sdk/include && echo evil > sdk/include/zz.h && echo > out.txt",
+    )
+    .await;
+    assert_eq!(pool_hits(&resp), 1.0, "the ready copy was not taken");
+    s.idle().await;
+    let left = work_entries_after_cleanup(&cache).await;
+    let mounts = clonestage_engine::platform::mounts::under(&cache).unwrap();
+    for m in &mounts {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(m)
+            .status();
+    }
+    assert!(left.is_empty(), "work dirs left: {left:?}");
+    assert!(mounts.is_empty(), "mounts left in the cache: {mounts:?}");
+    for i in 0..2 {
+        let (_, seen) = run(&mut c, root, &format!("echo d{i} >/dev/null; {list}")).await;
+        assert!(seen.contains("f00.h") && !seen.contains("zz.h"), "{seen}");
+        s.idle().await;
+    }
+    s.stop().await;
+}
+
 /// `--pool-copies 0`: no copy is ever built or taken, however hot a subtree is, and a pool an
 /// earlier server left is emptied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,7 +84,7 @@ async fn files_are_private_and_address_prints_bazel_flags() {
     let unix = clonestage_server::address(&s.cache(), false).unwrap();
     assert_eq!(
         unix,
-        vec![format!("--remote_executor=unix://{}", sock.display())]
+        vec![format!("--remote_executor=unix:{}", sock.display())]
     );
     // The token is a secret: never printed (a printed flag ends up in some argv), only in the
     // private rc file Bazel reads.

@@ -90,16 +90,38 @@ async fn restart_sweeps_leftover_work_dirs() {
         .prefix("cs-srv")
         .tempdir_in("/tmp")
         .unwrap();
-    let leftover = dir.path().join("cache/work/12345-0/root/ro");
+    let cache = dir.path().join("cache");
+    let leftover = cache.join("work/12345-0/root/ro");
     std::fs::create_dir_all(&leftover).unwrap();
     std::fs::write(leftover.join("f"), b"x").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&leftover, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // A ready work dir the killed server was still filling.
+    let half_made = cache.join("work-making/12345-1");
+    std::fs::create_dir_all(&half_made).unwrap();
+    std::fs::write(half_made.join("stdout"), b"").unwrap();
     let h = clonestage_server::start(TestServer::opts(dir.path(), 1))
         .await
         .unwrap();
-    assert!(work_entries(&dir.path().join("cache")).is_empty());
+    // The new server keeps work dirs ready from the start (CI under load caught one in
+    // `work/` right after start): those are its own, not leftovers.
+    assert!(
+        used_work_entries(&cache).is_empty(),
+        "left over: {:?}",
+        used_work_entries(&cache)
+    );
+    assert!(!half_made.exists(), "a half-made ready dir was not swept");
     h.shutdown(Duration::from_secs(1), std::future::pending())
         .await
         .unwrap();
+    assert!(
+        work_entries(&cache).is_empty(),
+        "ready dirs left at shutdown"
+    );
+    assert_eq!(
+        std::fs::read_dir(cache.join("work-making"))
+            .unwrap()
+            .count(),
+        0
+    );
 }

@@ -59,7 +59,7 @@ async fn apple_actions_get_developer_dir_sdkroot_and_tmpdir() {
     stub(
         t,
         "xcrun",
-        r#"case "$2" in iphonesimulator17.2) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac"#,
+        r#"case "$2" in iphonesimulator17.2|iphonesimulator) echo "$DEVELOPER_DIR/SDKs/$2.sdk" ;; *) echo "no SDK $2" >&2; exit 1 ;; esac"#,
     );
     std::env::set_var("CLONESTAGE_APPLE_TOOLS", t);
     std::env::remove_var("DEVELOPER_DIR");
@@ -95,17 +95,32 @@ async fn apple_actions_get_developer_dir_sdkroot_and_tmpdir() {
         );
     }
 
-    // A non-Apple action's environment is exactly what it carries.
+    // An SDK version this Xcode lacks: the platform alone, as Bazel 8-9 ask xcrun for it.
+    let mut other_sdk = apple;
+    other_sdk[1] = ("APPLE_SDK_VERSION_OVERRIDE", "17.4");
+    let action = upload_action(&mut c, &env_cmd(&other_sdk), root, None, false).await;
+    let (_, resp) = c.execute(action, true).await;
+    let r = resp.result.unwrap();
+    let out = String::from_utf8(c.read_proto(r.stdout_digest.as_ref().unwrap()).await).unwrap();
+    assert_eq!(r.exit_code, 0, "{out}");
+    let want = format!("SDKROOT={x15}/SDKs/iphonesimulator.sdk\n");
+    assert!(
+        out.contains(&want),
+        "{want:?} not in the action's env:\n{out}"
+    );
+
+    // A non-Apple action's environment is what it carries, plus the TMPDIR every action gets.
     let action = upload_action(&mut c, &env_cmd(&[("FOO", "1")]), root, None, false).await;
     let (_, resp) = c.execute(action, true).await;
     let r = resp.result.unwrap();
     let out = String::from_utf8(c.read_proto(r.stdout_digest.as_ref().unwrap()).await).unwrap();
-    for absent in ["DEVELOPER_DIR=", "SDKROOT=", "TMPDIR="] {
+    for absent in ["DEVELOPER_DIR=", "SDKROOT="] {
         assert!(
             !out.contains(absent),
             "{absent} in a non-Apple action's env:\n{out}"
         );
     }
+    assert!(out.contains(&format!("TMPDIR={tmpdir}\n")), "{out}");
 
     // An Xcode that is not installed: the action fails (exit 1, status OK, so Bazel prints its
     // stderr and never falls back to a silent local run), naming it and the installed ones.

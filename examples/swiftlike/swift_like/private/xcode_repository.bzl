@@ -55,7 +55,7 @@ def _swiftlike_xcode_impl(rctx):
     for path in sorted(files):
         rctx.file("install/" + path, files[path], executable = False)
         content.append(path + "\0" + files[path])
-    version = "%08x" % (hash("\0".join(content)) & 0xffffffff)
+    version = str(hash("\0".join(content))).replace("-", "n")
     dest = "%s/%s" % (rctx.os.environ.get("SWIFTLIKE_XCODE_DIR", "/var/tmp/swiftlike-xcode"), version)
 
     # Copy into a private directory, then publish it with one symlink(2), which fails if

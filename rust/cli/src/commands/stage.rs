@@ -13,11 +13,14 @@ pub struct StageArgs {
     pub method: MethodPreference,
     pub symlinks: SymlinkPolicy,
     pub json: bool,
+    /// `--preserve-inodes` (a one-shot stage has no pool: links are made in the root only
+    /// where the minimum link age is zero).
+    pub code: clonestage_engine::stage::CodePolicy,
 }
 
 pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
     let root = Digest::parse(&a.digest)?;
-    let stager = Stager::new(Arc::new(super::open(cache)?));
+    let stager = Stager::new(Arc::new(super::open(cache)?)).with_code_policy(a.code);
     let staged = stager.stage(&StageRequest {
         root,
         dest: a.dest,
@@ -47,10 +50,15 @@ pub fn stage(cache: &Path, a: StageArgs) -> anyhow::Result<ExitCode> {
         let c = &staged.counters;
         // Formatted first: stderr is unbuffered, and eprintln! would write it piece by piece.
         let line = format!(
-            "staged {} in {:.1} ms: clonefile {} reflink {} snapshot {} hardlink {} copy {} empty {} symlinks {}; subtree hits {} misses {}; fallbacks {}\n",
+            "staged {} in {:.1} ms: clonefile {} reflink {} snapshot {} hardlink {} copy {} empty {} symlinks {}; subtree hits {} misses {}; fallbacks {}{}\n",
             staged.dest.display(),
             staged.micros as f64 / 1000.0,
-            c.clonefile, c.reflink, c.snapshot, c.hardlink, c.copy, c.empty, c.symlinks, c.subtree_hits, c.subtree_misses, c.fallbacks
+            c.clonefile, c.reflink, c.snapshot, c.hardlink, c.copy, c.empty, c.symlinks, c.subtree_hits, c.subtree_misses, c.fallbacks,
+            if a.code.preserves() {
+                format!("; code linked {} cloned {}", c.code_linked, c.code_cloned)
+            } else {
+                String::new()
+            }
         );
         eprint!("{line}");
     }

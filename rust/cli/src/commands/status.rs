@@ -86,7 +86,7 @@ pub fn status(cache: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// The method in a few words, and why the probe chose it.
-fn explain(p: &DeviceProfile, fs: &str, dest: &Path) -> (String, String) {
+pub(crate) fn explain(p: &DeviceProfile, fs: &str, dest: &Path) -> (String, String) {
     let clone = platform::FILE_CLONE_METHOD;
     let to = format!("from the cache into {}", dest.display());
     let (method, mut why) = match (p.file_method, p.tree_clone) {

@@ -132,6 +132,11 @@ impl Cache {
         let tmp = self.root().join("tmp").join(self.tmp_name("access"));
         std::fs::write(&tmp, body).ctx("write", &tmp)?;
         std::fs::rename(&tmp, &log).ctx("rename", &log)?;
+        if report.blobs_evicted > 0 {
+            // The record of code blobs, without the evicted ones.
+            let tmp = self.root().join("tmp").join(self.tmp_name("code"));
+            self.code.compact(&tmp, |d| self.contains(d));
+        }
         drop(gc_lock);
         Ok(report)
     }

@@ -8,6 +8,7 @@
 //! <cache>/tmp/                           files being written; installed by atomic no-replace rename
 //! <cache>/pins/<pid>-<n>                 roots in use by a live process (flock'ed by the owner)
 //! <cache>/quarantine/                    blobs found corrupt or written through, never served again
+//! <cache>/code                           digests of the blobs that are Mach-O code (`code_record`)
 //! <cache>/access.log, stats.json, devices.json, gc.lock
 //! ```
 //!
@@ -17,9 +18,12 @@
 //!
 //! This file is the blob store itself (layout, names, reads); beside it: `write` (putting
 //! blobs), `verify`, `pins`, `gc` (eviction), `access_log` (when roots were last used, which
-//! eviction reads) and `sweep` (leftovers of dead processes).
+//! eviction reads), `sweep` (leftovers of dead processes), `code_record` (Mach-O code blobs).
+//!
+//! Long because the store's layout, opening and reads are one concept, read in one place.
 
 mod access_log;
+pub mod code_record;
 mod gc;
 mod pins;
 mod quarantine_count;
@@ -82,6 +86,8 @@ pub struct Cache {
     /// A root remembers how long this was when it was staged: whatever was added since, it may
     /// hold (see `stage::tamper`). Quarantines are rare; this never shrinks.
     quarantined: Mutex<Vec<PathBuf>>,
+    /// Which blobs are Mach-O code (`code_record`), learned at ingest.
+    code: code_record::CodeRecord,
 }
 
 impl Cache {
@@ -124,6 +130,7 @@ impl Cache {
         let dev = tmp.stat().ctx("fstat", root.join("tmp"))?.st_dev as u64;
         let shards = || (0..256).map(|_| std::sync::OnceLock::new()).collect();
         Ok(Cache {
+            code: code_record::CodeRecord::new(&root),
             dev,
             blob_shards: shards(),
             exec_shards: shards(),

@@ -1,7 +1,8 @@
 //! `verify`: re-hash every blob and extra inode; move corrupt ones to `quarantine/` so they are
-//! never served again, and report them.
+//! never served again, and report them. Blobs that are Mach-O code and not in the record yet
+//! (they entered before it existed) are recorded on the way (`code_record`).
 
-use super::write::hash_file;
+use super::write::hash_and_sniff;
 use super::Cache;
 use crate::digest::Digest;
 use crate::error::Result;
@@ -22,7 +23,13 @@ impl Cache {
         for sub in ["blobs", "exec", "replicas"] {
             self.for_each_inode(sub, &mut |d, f| {
                 checked += 1;
-                let actual = hash_file(&f.path()).ok();
+                let sniffed = hash_and_sniff(&f.path()).ok();
+                if let (Some((got, true)), "blobs") = (sniffed, sub) {
+                    if got == d {
+                        self.note_code(&d);
+                    }
+                }
+                let actual = sniffed.map(|(got, _)| got);
                 if actual != Some(d) {
                     self.quarantine(&f.path());
                     bad.push(CorruptBlob {

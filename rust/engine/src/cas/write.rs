@@ -1,6 +1,9 @@
 //! Putting blobs into the cache: bytes, local files (cloned where the filesystem allows,
 //! else copied; or moved, for outputs already on the cache's filesystem), streamed uploads,
-//! and the extra inodes hardlink staging needs (0o555 executables, EMLINK replicas).
+//! and the extra inodes hardlink staging needs (0o555 executables, EMLINK replicas). Every
+//! way in hashes the bytes once; a `macho::Sniffer` looks at them in the same pass, and a
+//! blob that is Mach-O code is recorded (`code_record`) whether it was installed now or was
+//! already there.
 
 use super::Cache;
 use crate::digest::Digest;
@@ -49,7 +52,12 @@ impl Cache {
     pub fn put_bytes(&self, data: &[u8], expected: Option<&Digest>) -> Result<Digest> {
         let d = Digest::of_bytes(data);
         check_expected(&d, expected, "uploaded bytes")?;
-        if d.is_empty() || self.contains(&d) {
+        if d.is_empty() {
+            return Ok(d);
+        }
+        let code = crate::macho::is_code(data);
+        if self.contains(&d) {
+            self.learned(&d, code);
             return Ok(d);
         }
         let name = self.tmp_name("put");
@@ -64,7 +72,15 @@ impl Cache {
             .inspect_err(|_| {
                 let _ = std::fs::remove_file(&path);
             })?;
+        self.learned(&d, code);
         Ok(d)
+    }
+
+    /// A blob `d` entered (or was offered again): record it if its bytes were Mach-O code.
+    fn learned(&self, d: &Digest, code: bool) {
+        if code {
+            self.note_code(d);
+        }
     }
 
     /// Start a streamed upload into `tmp/`.
@@ -84,13 +100,17 @@ impl Cache {
 
     /// Verify an upload hashes to `expected` and install it.
     pub fn commit_upload(&self, up: Upload, expected: &Digest) -> Result<()> {
-        let d = hash_file(&up.path)?;
+        let (d, code) = hash_and_sniff(&up.path)?;
         check_expected(&d, Some(expected), "uploaded stream")?;
-        if d.is_empty() || self.contains(&d) {
+        if d.is_empty() {
             return Ok(());
         }
-        set_mode(&up.path, 0o444)?;
-        self.install(&up.path, &d, &self.blob_path(&d))
+        if !self.contains(&d) {
+            set_mode(&up.path, 0o444)?;
+            self.install(&up.path, &d, &self.blob_path(&d))?;
+        }
+        self.learned(&d, code);
+        Ok(())
     }
 
     /// Put a local regular file into the cache and return its digest.
@@ -110,22 +130,24 @@ impl Cache {
             return Ok(Digest::EMPTY);
         }
         if how == PutFile::Move && meta.nlink() == 1 {
-            let d = hash_file(src)?;
+            let (d, code) = hash_and_sniff(src)?;
             check_expected(&d, expected, &src.display().to_string())?;
             if self.contains(&d) {
                 std::fs::remove_file(src).ctx("unlink", src)?;
-                return Ok(d);
+            } else {
+                set_mode(src, 0o444)?;
+                self.install(src, &d, &self.blob_path(&d))?;
             }
-            set_mode(src, 0o444)?;
-            self.install(src, &d, &self.blob_path(&d))?;
+            self.learned(&d, code);
             return Ok(d);
         }
         let tmp = self.clone_or_copy_to_tmp(src, meta.dev(), 0o444, "ingest")?;
-        let r = hash_file(&tmp).and_then(|d| {
+        let r = hash_and_sniff(&tmp).and_then(|(d, code)| {
             check_expected(&d, expected, &src.display().to_string())?;
             if !self.contains(&d) {
                 self.install(&tmp, &d, &self.blob_path(&d))?;
             }
+            self.learned(&d, code);
             Ok(d)
         });
         let _ = std::fs::remove_file(&tmp);
@@ -221,6 +243,18 @@ impl Cache {
 pub(crate) fn hash_file(p: &Path) -> Result<Digest> {
     let f = File::open(p).ctx("open", p)?;
     Digest::of_reader(f).ctx("read", p)
+}
+
+/// The file's digest, and whether it is Mach-O code (`macho`), from one read.
+pub(crate) fn hash_and_sniff(p: &Path) -> Result<(Digest, bool)> {
+    let f = File::open(p).ctx("open", p)?;
+    let mut sniffer = crate::macho::Sniffer::new();
+    let d = Digest::of_reader(crate::macho::Sniffing {
+        inner: f,
+        sniffer: &mut sniffer,
+    })
+    .ctx("read", p)?;
+    Ok((d, sniffer.is_code()))
 }
 
 fn set_blob_mtime(p: &Path) -> Result<()> {

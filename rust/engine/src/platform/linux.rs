@@ -3,13 +3,30 @@
 //! the stager treats as "fall back".
 
 use super::dir::{check, cstr, open_read_at, statfs, Dir};
-use super::TreeClone;
+use super::{TreeClone, UserDirs};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "reflink";
+
+/// The XDG layout: `$XDG_CACHE_HOME` (when absolute) or `~/.cache`, `~/.local/share`. Bazel's
+/// default output user root is `~/.cache/bazel/_bazel_$USER`; current Bazel puts it under
+/// `$XDG_CACHE_HOME/bazel` when that is set (`GetOutputRoot` in Bazel's
+/// `src/main/cpp/blaze_util_linux.cc`), 4.2.3 ignores the variable (checked here).
+pub const USER_DIRS: UserDirs = UserDirs {
+    cache_under_home: ".cache",
+    cache_honours_xdg: true,
+    data_under_home: ".local/share",
+    bazel_root_parent_under_home: Some(".cache/bazel"),
+};
+
+/// `sun_path` holds 108 bytes with the NUL (`<sys/un.h>`, `struct sockaddr_un`).
+pub const MAX_UNIX_SOCKET_PATH: usize = 107;
+/// How old a hardlink must be before anything may run through it. Linux checks no code
+/// signature at exec, so a link made a moment ago runs like any other path.
+pub const MIN_EXEC_LINK_AGE: std::time::Duration = std::time::Duration::ZERO;
 
 // <linux/btrfs.h>: _IOW(0x94, nr, struct btrfs_ioctl_vol_args) with sizeof == 4096.
 const BTRFS_IOC_SNAP_CREATE: libc::c_ulong = 0x5000_9401;

@@ -2,13 +2,35 @@
 //! Type-checked and linted in CI for aarch64-apple-darwin; not run there (no macOS host).
 
 use super::dir::{check, cstr, statfs, Dir};
-use super::TreeClone;
+use super::{TreeClone, UserDirs};
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 pub const FILE_CLONE_METHOD: &str = "clonefile";
+
+/// Apple's layout: `~/Library/Caches` (XDG_CACHE_HOME is not a macOS convention and was never
+/// read here), `~/Library/Application Support`. Bazel's default output user root is
+/// `/private/var/tmp/_bazel_$USER` (`GetOutputRoot` in Bazel's
+/// `src/main/cpp/blaze_util_darwin.cc`), not under HOME.
+pub const USER_DIRS: UserDirs = UserDirs {
+    cache_under_home: "Library/Caches",
+    cache_honours_xdg: false,
+    data_under_home: "Library/Application Support",
+    bazel_root_parent_under_home: None,
+};
+
+/// `sun_path` holds 104 bytes with the NUL on macOS (`<sys/un.h>`, `struct sockaddr_un`).
+pub const MAX_UNIX_SOCKET_PATH: usize = 103;
+/// How old a hardlink must be before anything may run through it. macOS intermittently
+/// SIGKILLs the exec of a path that link(2) made moments before: 5 kills in 3,840 execs of
+/// fresh links, none in 1,680 of the original path (jdx/mr-boxington PR 134), a window that
+/// "closes about half a second after the link appears" (its crates/mbx/src/session/shims.rs,
+/// `install_shim`, at 018f698); cargo stopped hardlinking on macOS for it (rust-lang/cargo
+/// issues 7821 and 10060). Four times that window; `clonestage doctor` measures the kills of
+/// fresh and aged links on the user's Mac (`--macho-link-age-ms` overrides it).
+pub const MIN_EXEC_LINK_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// <sys/clonefile.h> (the libc crate declares `clonefileat`, not its flags).
 const CLONE_NOFOLLOW: u32 = 0x0001;

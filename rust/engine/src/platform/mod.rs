@@ -16,9 +16,15 @@
 //!   call if the OS can, relative to its parent's fd.
 //! - `rename_noreplace_at(from_dir, from, to_dir, to)`: atomic rename that fails with EEXIST
 //!   instead of replacing (`rename_noreplace` below is its path form).
+//! - `USER_DIRS`: where a user's cache and data directories sit by the OS's convention.
+//! - `MAX_UNIX_SOCKET_PATH`: the longest path a unix socket address holds (`sun_path`).
+//! - `MIN_EXEC_LINK_AGE`: how old a hardlink must be before anything runs through it.
+//!
+//! Mount points below a directory, and detaching them, are `mounts` (a per-OS pair of its own).
 
 mod dir;
 mod lock;
+pub mod mounts;
 pub use dir::{
     copy_file, copy_file_at, cstr, current_umask, hardlink, hardlink_at, open_read_at, stat_at, Dir,
 };
@@ -34,7 +40,23 @@ mod imp;
 pub use imp::{
     clone_file, clone_file_at, clone_tree, filesystem_name, new_tree_container,
     remove_tree_container_at, rename_noreplace_at, tree_clone_kind, FILE_CLONE_METHOD,
+    MAX_UNIX_SOCKET_PATH, MIN_EXEC_LINK_AGE, USER_DIRS,
 };
+
+/// Where a user's directories sit by the OS's convention, relative to `$HOME`: one value per
+/// platform (`USER_DIRS`), read by the CLI's one definition of the cache directory and the
+/// per-version binary home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserDirs {
+    /// The parent of clonestage's default cache directory.
+    pub cache_under_home: &'static str,
+    /// Whether an absolute `$XDG_CACHE_HOME` replaces `$HOME/<cache_under_home>`.
+    pub cache_honours_xdg: bool,
+    /// The parent of the per-version binary home when `$XDG_DATA_HOME` is not absolute.
+    pub data_under_home: &'static str,
+    /// The parent of Bazel's default output user root, when it is under `$HOME`.
+    pub bazel_root_parent_under_home: Option<&'static str>,
+}
 
 use std::io;
 

@@ -3,7 +3,11 @@
 //! subdirectory either cloned whole from the subtree cache (`subtree.rs`) or made and filled
 //! here, and each file placed by `place.rs`. The builder reads the tree through `plan::Source`
 //! (Directories and what they expand to, nothing else) and hands the stage one `Built`.
+//! Under `--preserve-inodes macho` (`code_links`), a directory holding code is pooled
+//! whatever its size, and where the root links code itself, a subtree holding code is filled
+//! per file (its subdirectories without code are still cloned whole).
 
+use super::code_links::{CodeMode, CodePolicy};
 use super::device::{Devices, FileMethod};
 use super::modes::Modes;
 use super::place::{Inode, Placer};
@@ -34,6 +38,9 @@ pub(crate) struct Setup<'a> {
     /// Measured costs on this device: placing one file, cloning one tree (microseconds).
     pub costs: (f64, f64),
     pub modes: Modes,
+    /// The stager's `--preserve-inodes` policy, and how this build places code.
+    pub code: CodePolicy,
+    pub code_mode: CodeMode,
     /// The pool of ready copies to take subtrees from (None: never).
     pub pool: Option<&'a Pool>,
     /// Directories (full paths under `root_path`) never taken from the pool: the chains to
@@ -74,6 +81,7 @@ pub(crate) struct Builder<'a> {
     no_pool: HashSet<PathBuf>,
     root_path: PathBuf,
     loans: Vec<Loan>,
+    code: CodePolicy,
 }
 
 impl<'a> Builder<'a> {
@@ -87,6 +95,7 @@ impl<'a> Builder<'a> {
                 key: s.key,
                 method: s.method,
                 modes: s.modes,
+                code: s.code_mode,
                 linked: Vec::new(),
                 #[cfg(feature = "fault-injection")]
                 fail_after: s.fail_after,
@@ -101,6 +110,7 @@ impl<'a> Builder<'a> {
             no_pool: s.no_pool,
             root_path: s.root_path,
             loans: Vec::new(),
+            code: s.code,
         }
     }
 
@@ -155,14 +165,23 @@ impl<'a> Builder<'a> {
     /// Stage subtree `d` as `name` by cloning its cache entry (building the entry on a repeat
     /// sighting). Ok(false): not done, stage it per file.
     fn try_subtree(&mut self, dir: &Dir, p: &Path, name: &CStr, d: &Digest) -> Result<bool> {
+        if self.placer.code == CodeMode::Link && self.tree.holds_code(d, p)? {
+            // A clone's code could not be linked back (EXDEV into a btrfs snapshot): per file.
+            return Ok(false);
+        }
         let facts = self.tree.facts(d, p)?;
         let entry = match self.subtrees.decide(&mut self.counters, d, &facts) {
             Take::PerFile => return Ok(false),
             Take::Clone(entry) => entry,
             Take::Build(entry) => {
-                // Files placed into the cache entry are counted like any other placement.
+                // Files placed into the cache entry are counted like any other placement. Its
+                // code is not linked: the entry is cloned whole, which makes new inodes anyway.
                 let cache = self.subtrees.cache;
-                subtree::build_entry(cache, &entry, |dir, tmp| self.fill(dir, tmp, d, false))?;
+                let code = std::mem::replace(&mut self.placer.code, CodeMode::Off);
+                let r =
+                    subtree::build_entry(cache, &entry, |dir, tmp| self.fill(dir, tmp, d, false));
+                self.placer.code = code;
+                r?;
                 entry
             }
         };
@@ -177,12 +196,21 @@ impl<'a> Builder<'a> {
             return Ok(false);
         };
         let facts = self.tree.facts(d, p)?;
-        if facts.entries < POOL_MIN_ENTRIES || self.no_pool.contains(p) {
+        if self.no_pool.contains(p) {
             return Ok(false);
         }
-        if let Some(copy) = pool.take(self.subtrees.cache, d, dir, name, p) {
+        // Small directories are not worth a copy, unless they hold code that only a copy made
+        // ahead can offer as a link old enough to run.
+        if facts.entries < POOL_MIN_ENTRIES
+            && !(self.code.preserves() && self.tree.holds_code(d, p)?)
+        {
+            return Ok(false);
+        }
+        let min_age = self.code.min_link_age;
+        if let Some(copy) = pool.take(self.subtrees.cache, d, dir, name, p, min_age) {
             self.counters.pool_hits += 1;
             self.counters.bytes += facts.bytes;
+            self.counters.code_linked += copy.code_links;
             self.placer.linked.extend(copy.linked.iter().copied());
             let rel = p.strip_prefix(&self.root_path).unwrap_or(p).to_path_buf();
             self.loans.push(Loan { rel, copy });

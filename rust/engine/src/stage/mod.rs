@@ -15,6 +15,7 @@
 //! of the stager's `SharedDirs` matches a path the action does not declare, that path is a
 //! symlink to a persistent directory shared by every root (`shared_map`), its chain writable.
 
+mod code_links;
 mod device;
 mod fill;
 mod limits;
@@ -31,12 +32,15 @@ mod tamper;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_code;
+#[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
 mod tests_ledger;
 #[cfg(test)]
 mod tests_shared;
 
+pub use code_links::{CodePolicy, PreserveInodes};
 pub use device::{DeviceProfile, FileMethod, MethodPreference};
 pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
@@ -95,6 +99,8 @@ pub struct Stager {
     seq: AtomicU64,
     /// Ready copies of hot subtrees (`with_pool`); None: every subtree is staged.
     pool: Option<Arc<Pool>>,
+    /// `--preserve-inodes`: which inputs keep the cache's inode (`code_links`).
+    code: CodePolicy,
 }
 
 impl Stager {
@@ -111,7 +117,19 @@ impl Stager {
             limits: TreeLimits::default(),
             seq: AtomicU64::new(0),
             pool: None,
+            code: CodePolicy::default(),
         }
+    }
+
+    /// Stage Mach-O code as links to the cache's inodes (`--preserve-inodes macho`), made in
+    /// roots or ahead in the pool's copies as `policy.min_link_age` allows (`code_links`).
+    pub fn with_code_policy(mut self, policy: CodePolicy) -> Stager {
+        self.code = policy;
+        self
+    }
+
+    pub fn code_policy(&self) -> CodePolicy {
+        self.code
     }
 
     /// Keep a pool of ready copies of hot subtrees in `<cache>/pool/` (emptied now: an earlier
@@ -212,6 +230,10 @@ impl Stager {
         }
         let pin = self.cache.pin(&req.root)?;
         let quarantine_mark = self.cache.quarantine_mark();
+        if self.code.preserves() {
+            // Code blobs another process recorded since the last stage (one stat if none).
+            self.cache.refresh_code_record();
+        }
         let t_plan = Instant::now();
         let plan = plan::Plan::load(
             &self.cache,
@@ -278,6 +300,8 @@ impl Stager {
                 tree_clone,
                 costs: (prof.file_us, prof.tree_clone_us),
                 modes: self.modes,
+                code: self.code,
+                code_mode: self.code.in_roots(),
                 pool: self.pool.as_deref(),
                 no_pool: writable
                     .iter()

@@ -1,8 +1,10 @@
 //! Placing one file of a root: by the device's method (clone, hardlink, copy) with per-file
 //! fallbacks (clone -> hardlink -> copy when the filesystem refuses one, remembered for the
 //! device), the 0o555 exec twin made on first need, EMLINK answered with a replica inode, and
-//! the mode fixed only when the umask would have cleared bits. This is the per-file hot path.
+//! the mode fixed only when the umask would have cleared bits; Mach-O code hardlinked first
+//! under `--preserve-inodes macho` (`code_links`). This is the per-file hot path.
 
+use super::code_links::CodeMode;
 use super::device::{Devices, FileMethod};
 use super::modes::Modes;
 use crate::cas::Cache;
@@ -30,6 +32,8 @@ pub(super) struct Placer<'a> {
     pub(super) key: (u64, u64),
     pub(super) method: FileMethod,
     pub(super) modes: Modes,
+    /// What to do with inputs that are Mach-O code (`code_links`).
+    pub(super) code: CodeMode,
     /// Cache inodes hardlinked into the root, one entry per link (duplicates are removed
     /// after the stage, off its critical path), checked for writes after the action.
     pub(super) linked: Vec<(Digest, Inode)>,
@@ -74,6 +78,25 @@ impl Placer<'_> {
             return Ok(());
         }
         let rel_buf = crate::cas::RelName::new(d);
+        if self.code != CodeMode::Off
+            && self.method != FileMethod::Hardlink
+            && self.cache.is_code(d)
+        {
+            if self.code == CodeMode::CloneAndCount {
+                c.code_cloned += 1;
+            } else {
+                match self.hardlink(c, dir, &cname, &rel_buf, d, exec) {
+                    Ok(()) => {
+                        c.code_linked += 1;
+                        c.bytes += d.size;
+                        return Ok(());
+                    }
+                    // Placed by the device's method below, which also names a missing blob;
+                    // the device itself is not downgraded (clones still work there).
+                    Err(e) => c.fallback(&format!("code-{}", platform::reason_name(&e))),
+                }
+            }
+        }
         let (mut blobs, mut rel) = self.cache.locate(&rel_buf, false);
         let mut from_top = false;
         loop {

@@ -72,6 +72,9 @@ pub(super) struct MemoInner {
     dirs: HashMap<Digest, Arc<Directory>>,
     /// Entries (files, directories, symlinks) held in `dirs`.
     dir_entries: usize,
+    /// Whether a subtree holds Mach-O code, as of a generation of the cache's record of code
+    /// blobs (a later generation may know more: then it is looked at again).
+    code: HashMap<Digest, (u64, bool)>,
 }
 
 /// Beyond this many validated triples or counted directories the memo starts over.
@@ -256,6 +259,54 @@ impl<'a> Plan<'a> {
     pub(crate) fn note_links_contained(&self, d: &Digest, policy: SymlinkPolicy) {
         self.memo.lock().links_contained.insert((*d, policy));
     }
+
+    /// Whether subtree `d` holds a file the cache records as Mach-O code, at any depth: looked
+    /// up in memory per file (no read), each distinct Directory once, without recursion, and
+    /// remembered until the record learns another code blob.
+    pub(crate) fn holds_code(&self, d: &Digest, path: &Path) -> Result<bool> {
+        let gen = self.cache.code_generation();
+        let known =
+            |m: &MemoInner, x: &Digest| m.code.get(x).filter(|(g, _)| *g == gen).map(|v| v.1);
+        if let Some(v) = known(&self.memo.lock(), d) {
+            return Ok(v);
+        }
+        let mut stack = vec![*d];
+        let mut seen = HashSet::new();
+        let mut found = false;
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            match known(&self.memo.lock(), &x) {
+                Some(true) => {
+                    found = true;
+                    break;
+                }
+                Some(false) => continue,
+                None => {}
+            }
+            let dir = self.dir(&x, path)?;
+            for f in &dir.files {
+                if Digest::from_opt_proto(f.digest.as_ref(), &f.name)
+                    .is_ok_and(|fd| self.cache.is_code(&fd))
+                {
+                    found = true;
+                }
+            }
+            if found {
+                break;
+            }
+            for sub in &dir.directories {
+                stack.push(Digest::from_opt_proto(sub.digest.as_ref(), &sub.name)?);
+            }
+        }
+        let mut m = self.memo.lock();
+        if m.code.len() >= MEMO_MAX {
+            m.code.clear();
+        }
+        m.code.insert(*d, (gen, found));
+        Ok(found)
+    }
 }
 
 /// What the builder (`fill.rs`) may ask of the plan, and nothing else: the tree it loaded and
@@ -265,6 +316,8 @@ pub(crate) trait Source {
     fn dir(&self, d: &Digest, path: &Path) -> Result<Arc<Directory>>;
     /// What Directory `d` expands to.
     fn facts(&self, d: &Digest, path: &Path) -> Result<Facts>;
+    /// Whether subtree `d` holds Mach-O code (`--preserve-inodes macho`).
+    fn holds_code(&self, d: &Digest, path: &Path) -> Result<bool>;
 }
 
 impl Source for Plan<'_> {
@@ -274,6 +327,10 @@ impl Source for Plan<'_> {
 
     fn facts(&self, d: &Digest, path: &Path) -> Result<Facts> {
         Plan::facts(self, d, path)
+    }
+
+    fn holds_code(&self, d: &Digest, path: &Path) -> Result<bool> {
+        Plan::holds_code(self, d, path)
     }
 }
 

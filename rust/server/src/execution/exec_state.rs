@@ -1,8 +1,10 @@
 //! What the execution service owns: its operations (`operations`), the `--jobs` slots, the
 //! wrappers started ahead of time (`prespawn`), the janitor that removes finished work dirs
-//! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple environment (`apple_env`), the spawn wrapper's path and the worker
-//! name (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server reads how
-//! busy it is through `activity::Activity`, and stops it at shutdown (`hurry`, `close`).
+//! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple
+//! environment (`apple_env`), every action's TMPDIR (`tmpdir`), the spawn wrapper's path and
+//! the worker name (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server
+//! reads how busy it is through `activity::Activity`, and stops it at shutdown (`hurry`,
+//! `close`).
 
 use super::apple_env::AppleEnv;
 use super::janitor::Janitor;
@@ -24,8 +26,10 @@ pub(crate) struct ExecState {
     pub janitor: Arc<Janitor>,
     /// Work dirs made ahead of time (by the janitor).
     pub ready_dirs: Arc<Ready>,
-    /// DEVELOPER_DIR/SDKROOT/TMPDIR for Apple actions (`apple_env`).
+    /// DEVELOPER_DIR/SDKROOT for Apple actions (`apple_env`).
     pub apple: AppleEnv,
+    /// Every action's TMPDIR (`tmpdir`): the server's own, or /tmp.
+    pub tmpdir: String,
     /// The `clonestage-spawn` wrapper.
     pub spawn: PathBuf,
     /// `ExecutedActionMetadata.worker`.
@@ -45,16 +49,24 @@ fn prespawn_size(jobs: usize) -> usize {
 }
 
 impl ExecState {
-    /// `id` prefixes operation names (unique per server start); work dirs go in `work_base`.
-    pub fn new(spawn: PathBuf, jobs: usize, id: String, work_base: PathBuf) -> ExecState {
+    /// `id` prefixes operation names (unique per server start); work dirs go in `work_base`,
+    /// and those made ahead are filled in `work_making` first.
+    pub fn new(
+        spawn: PathBuf,
+        jobs: usize,
+        id: String,
+        work_base: PathBuf,
+        work_making: PathBuf,
+    ) -> ExecState {
         ExecState {
             ops: Operations::new(id),
             jobs: Arc::new(Semaphore::new(jobs.max(1))),
             prespawn: Pool::start(&spawn, prespawn_size(jobs)),
             janitor: Arc::new(Janitor::default()),
             // As many as can start at once.
-            ready_dirs: Arc::new(Ready::new(work_base, jobs.clamp(1, 8))),
+            ready_dirs: Arc::new(Ready::new(work_base, work_making, jobs.clamp(1, 8))),
             apple: AppleEnv::for_this_host(),
+            tmpdir: super::tmpdir::of_this_process(),
             spawn,
             worker: format!("clonestage@{}", hostname()),
         }

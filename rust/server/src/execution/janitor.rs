@@ -6,7 +6,7 @@
 //! copies the pool wants (the hook `set_builder`). It keeps a few work dirs ready for the next
 //! actions (`workdir::Ready`, the hook `set_ready`), and removes them when the server ends.
 
-use super::workdir::{remove, Ready};
+use super::workdir::{detach_mounts, remove, Ready};
 use clonestage_engine::stage::{Loan, Pool};
 use clonestage_engine::Cache;
 use std::path::PathBuf;
@@ -103,9 +103,18 @@ impl Janitor {
         };
         let t0 = std::time::Instant::now();
         let n = r.loans.len();
+        // The proof reads the copies themselves, not what an action mounted over them; with a
+        // mount that stays, none goes back (it could carry the mount into the pool).
+        let detached = detach_mounts(&dir);
+        if let Err(e) = &detached {
+            tracing::error!(error = %e, "cannot detach an action's mounts; its pooled copies are discarded");
+        }
         for l in r.loans {
             // Discards are counted and logged by the pool; the copy stays in `dir`.
-            let _ = r.pool.recycle(&r.cache, &r.root, l);
+            match &detached {
+                Ok(()) => drop(r.pool.recycle(&r.cache, &r.root, l)),
+                Err(_) => r.pool.abandon(l),
+            }
         }
         tracing::debug!(
             copies = n,
@@ -275,12 +284,12 @@ mod tests {
     #[test]
     fn janitor_keeps_work_dirs_ready_and_removes_them_at_shutdown() {
         let d = tempfile::tempdir().unwrap();
-        let ready = Arc::new(Ready::new(d.path().to_path_buf(), 2));
+        let ready = Arc::new(super::super::workdir::tests::ready_in(d.path(), 2));
         let j = Arc::new(Janitor::default());
         j.set_ready(ready.clone());
         // One action runs: ready dirs are made anyway (they are cheap and due next).
         j.spawn(|| Some(1)).unwrap();
-        let count = || std::fs::read_dir(d.path()).unwrap().count();
+        let count = || std::fs::read_dir(d.path().join("work")).unwrap().count();
         let t0 = std::time::Instant::now();
         while (count() < 2 || j.pending() > 0) && t0.elapsed() < std::time::Duration::from_secs(10)
         {

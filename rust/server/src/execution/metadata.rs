@@ -9,6 +9,7 @@
 //!   "files": { "clonefile": N, "reflink": N, "snapshot": N, "hardlink": N, "copy": N, "empty": N },
 //!   "subtree_hits": N, "subtree_misses": N,
 //!   "pool_hits": N, "pool_misses": N,            // subtrees taken from / not found in the pool
+//!   "code_linked": N, "code_cloned": N,          // --preserve-inodes macho: Mach-O code linked / cloned
 //!   "fallbacks": { "<reason>": N, ... },          // e.g. exdev, enotsup, emlink
 //!   "hardlinked_inodes": N, "tampered_inputs": N,
 //!   "command": { "exit_code": N, "signal": N, "wall_us": N, "user_us": N, "sys_us": N,
@@ -124,6 +125,8 @@ pub(crate) fn staging_struct(f: &StagingFigures) -> Struct {
         ("subtree_misses", c.subtree_misses),
         ("pool_hits", c.pool_hits),
         ("pool_misses", c.pool_misses),
+        ("code_linked", c.code_linked),
+        ("code_cloned", c.code_cloned),
         ("hardlinked_inodes", f.hardlinked_inodes as u64),
         ("tampered_inputs", f.tampered_inputs as u64),
     ]);

@@ -10,11 +10,12 @@
 //! (with the result, for its logs) when a hardlinked input of the root was written through
 //! during the run, by the action or by another one sharing the inode.
 //! A result is recorded in the action cache only for exit code 0, no timeout, no input
-//! tampering, and without the Action's `do_not_cache`. Apple actions get the DEVELOPER_DIR,
-//! SDKROOT and TMPDIR Bazel's local provider would give them (`apple_env`; docs/xcode.md);
-//! an Xcode the host lacks is a failed action whose stderr names it (`answer::host_lacks`).
-//! An action that crashed on a shared cache directory linked into its root (a compiler's
-//! module cache, `shared_crash`) gets those directories cleared and runs once more.
+//! tampering, and without the Action's `do_not_cache`. Every action gets the TMPDIR Bazel
+//! gives every local spawn (`tmpdir`); Apple actions get the DEVELOPER_DIR and SDKROOT
+//! Bazel's macOS provider would give them (`apple_env`; docs/xcode.md); an Xcode the host
+//! lacks is a failed action whose stderr names it (`answer::host_lacks`). An action that
+//! crashed on a shared cache directory linked into its root (a compiler's module cache,
+//! `shared_crash`) gets those directories cleared and runs once more.
 
 mod action;
 mod answer;
@@ -29,6 +30,7 @@ mod respond;
 pub(crate) mod run;
 mod shared_crash;
 pub(crate) mod spawn;
+mod tmpdir;
 pub(crate) mod workdir;
 
 use crate::failure::{check_digest_function, digest_arg, Failure};

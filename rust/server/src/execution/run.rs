@@ -11,6 +11,7 @@ use super::janitor::{Janitor, Returned};
 use super::metadata::{self, now, StagingFigures, Timeline};
 use super::operations::ActionControl;
 use super::spawn::{self, SpawnRequest, SpawnStats};
+use super::tmpdir;
 use super::workdir::{WorkDir, STD_STREAMS};
 use crate::failure::Failure;
 use crate::state::State;
@@ -122,13 +123,14 @@ pub(crate) fn run_action(
 
     // The names the ready work dirs hold their empty files under.
     let [stdout, stderr] = STD_STREAMS.map(|f| work.file(f));
-    let env: Vec<(&str, &str)> = p
-        .command
-        .environment_variables
-        .iter()
-        .map(|v| (v.name.as_str(), v.value.as_str()))
-        .chain(apple.iter().map(|(k, v)| (*k, v.as_str())))
-        .collect();
+    let env = tmpdir::replace(
+        p.command
+            .environment_variables
+            .iter()
+            .map(|v| (v.name.as_str(), v.value.as_str()))
+            .chain(apple.iter().map(|(k, v)| (*k, v.as_str()))),
+        &exec.tmpdir,
+    );
     t.exec_start = now();
     let ran = spawn::spawn_command(
         &SpawnRequest {

@@ -8,7 +8,9 @@
 //! A few are made ahead of time (`Ready`, by the janitor), each with its empty stdout and
 //! stderr files: an action that takes one creates no inode before staging, and the wrapper
 //! opens its two files instead of creating them (three inode creations, ~0.6 ms per action
-//! on this project's CI ext4, were on every action's critical path).
+//! on this project's CI ext4, were on every action's critical path). Each is filled in a
+//! sibling directory (`<cache>/work-making/`) and renamed into `<cache>/work/` whole, so no
+//! reader of `work/` (a test looking for leftovers, `sweep`) ever sees half of one.
 
 use crate::failure::Failure;
 use std::path::{Path, PathBuf};
@@ -24,17 +26,19 @@ pub(crate) struct WorkDir {
     pub path: PathBuf,
 }
 
-fn fresh_path(base: &Path) -> PathBuf {
-    base.join(format!(
+/// `<pid>-<n>`: unique in this process, and apart from other servers' (one per cache holds
+/// the lock, but a killed one's leftovers stay until the sweep).
+fn fresh_name() -> String {
+    format!(
         "{}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
-    ))
+    )
 }
 
 impl WorkDir {
     pub fn create(base: &Path) -> Result<WorkDir, Failure> {
-        let path = fresh_path(base);
+        let path = base.join(fresh_name());
         std::fs::create_dir(&path).map_err(|e| Failure::io("mkdir", &path, e))?;
         Ok(WorkDir { path })
     }
@@ -78,16 +82,19 @@ impl Drop for WorkDir {
 /// Work dirs made ahead of time, each holding empty `stdout` and `stderr` files.
 pub(crate) struct Ready {
     base: PathBuf,
+    /// Where one is filled before it is renamed into `base` (same filesystem).
+    making: PathBuf,
     target: usize,
     /// The ready dirs, and whether `clear` closed the store (shutdown).
     dirs: Mutex<(Vec<PathBuf>, bool)>,
 }
 
 impl Ready {
-    /// Keep `target` ready in `base`.
-    pub fn new(base: PathBuf, target: usize) -> Ready {
+    /// Keep `target` ready in `base`, each made in `making` first.
+    pub fn new(base: PathBuf, making: PathBuf, target: usize) -> Ready {
         Ready {
             base,
+            making,
             target,
             dirs: Mutex::new((Vec::new(), false)),
         }
@@ -99,15 +106,25 @@ impl Ready {
         !d.1 && d.0.len() < self.target
     }
 
-    /// Make one more.
+    /// Make one more: filled under `making`, then renamed into `base` whole.
     pub fn make_one(&self) -> std::io::Result<()> {
-        let path = fresh_path(&self.base);
-        std::fs::create_dir(&path)?;
-        let made = STD_STREAMS
-            .iter()
-            .try_for_each(|f| std::fs::File::create(path.join(f)).map(drop));
+        let name = fresh_name();
+        let (new, path) = (self.making.join(&name), self.base.join(&name));
+        let with = |op: &str, p: &Path, e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("{op} {}: {e}", p.display()))
+        };
+        std::fs::create_dir(&new).map_err(|e| with("mkdir", &new, e))?;
+        let made = STD_STREAMS.iter().try_for_each(|f| {
+            let p = new.join(f);
+            std::fs::File::create(&p)
+                .map(drop)
+                .map_err(|e| with("create", &p, e))
+        });
+        // The final name is this process's own (pid and sequence): nothing else makes it.
+        let made =
+            made.and_then(|()| std::fs::rename(&new, &path).map_err(|e| with("rename", &new, e)));
         if let Err(e) = made {
-            let _ = remove(&path);
+            let _ = remove(&new);
             return Err(e);
         }
         let mut d = self.dirs.lock().unwrap();
@@ -135,12 +152,31 @@ impl Ready {
     }
 }
 
-/// Remove a work dir: the engine's `remove_tree`, which works relative to directory fds with
-/// the types readdir gives (one `unlinkat` per file, no lstat, no path walks), makes a
-/// read-only (0o555) staged directory writable only when an unlink in it is refused, never
-/// follows a symlink, and removes trees of any depth (a killed server's leftovers included).
+/// Remove a work dir: first detach what an action mounted in it (`detach_mounts`), then the
+/// engine's `remove_tree`, which works relative to directory fds with the types readdir gives
+/// (one `unlinkat` per file, no lstat, no path walks), makes a read-only (0o555) staged
+/// directory writable only when an unlink in it is refused, never follows a symlink, and
+/// removes trees of any depth (a killed server's leftovers included).
 pub(crate) fn remove(path: &Path) -> Result<(), clonestage_engine::Error> {
+    detach_mounts(path)?;
     clonestage_engine::remove::remove_tree(path)
+}
+
+/// Detach the mounts an action (as root) left at or below `dir` (issue 23 item 5): otherwise
+/// its mount point cannot be removed (EBUSY) and the work dir leaks, and a bind-mounted
+/// directory from outside the root would be emptied by the removal. Lazily on Linux, by force
+/// on macOS (`clonestage_engine::platform::mounts`). Also before a finished action's pooled
+/// copies are proven, so the proof reads the copy, not what was mounted over it.
+pub(crate) fn detach_mounts(dir: &Path) -> Result<(), clonestage_engine::Error> {
+    use clonestage_engine::platform::mounts;
+    match mounts::detach_under(dir) {
+        Ok(0) => Ok(()),
+        Ok(n) => {
+            tracing::warn!(path = %dir.display(), mounts = n, "an action left mounts in its work dir; detached them");
+            Ok(())
+        }
+        Err(e) => Err(clonestage_engine::Error::io("detach mounts under", dir, e)),
+    }
 }
 
 /// Remove everything under `base` (leftovers of an earlier server). Returns how many entries.
@@ -150,7 +186,7 @@ pub(crate) fn sweep(base: &Path) -> usize {
     };
     let mut n = 0;
     for e in rd.flatten() {
-        match clonestage_engine::remove::remove_tree(&e.path()) {
+        match remove(&e.path()) {
             Ok(()) => n += 1,
             Err(err) => {
                 tracing::warn!(path = %e.path().display(), error = %err, "cannot sweep leftover work dir")
@@ -161,14 +197,77 @@ pub(crate) fn sweep(base: &Path) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// `Ready` keeping `n` in `<d>/work`, made in `<d>/work-making`.
+    pub(crate) fn ready_in(d: &Path, n: usize) -> Ready {
+        let (base, making) = (d.join("work"), d.join("work-making"));
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::create_dir_all(&making).unwrap();
+        Ready::new(base, making, n)
+    }
+
+    /// Whether `dir` is a whole ready work dir: exactly the two empty files.
+    pub(crate) fn is_whole_ready(dir: &Path) -> bool {
+        let mut names: Vec<String> = match std::fs::read_dir(dir) {
+            Ok(rd) => rd
+                .flatten()
+                .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => return false,
+        };
+        names.sort();
+        names == ["stderr", "stdout"] && std::fs::read_dir(dir).map_or(0, |rd| rd.count()) == 2
+    }
+
+    /// CI under load (issue 23 item 7): a test that listed `work/` while the janitor was
+    /// making a ready dir saw it half made (no files yet) and called it a leftover. Ready dirs
+    /// are filled elsewhere and renamed in whole, so a reader of `work/` sees none half made.
+    #[test]
+    fn a_reader_of_the_work_dir_never_sees_a_ready_dir_half_made() {
+        use std::sync::atomic::AtomicBool;
+        let d = tempfile::tempdir().unwrap();
+        let ready = ready_in(d.path(), 1_000);
+        let base = d.path().join("work");
+        let done = AtomicBool::new(false);
+        let (seen, half) = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let (mut seen, mut half) = (0usize, Vec::new());
+                while !done.load(Ordering::SeqCst) {
+                    for e in std::fs::read_dir(&base).unwrap().flatten() {
+                        seen += 1;
+                        if !is_whole_ready(&e.path()) {
+                            half.push(e.file_name());
+                        }
+                    }
+                }
+                (seen, half)
+            });
+            for _ in 0..300 {
+                ready.make_one().unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+            reader.join().unwrap()
+        });
+        assert!(seen > 0, "the reader never looked");
+        assert!(half.is_empty(), "half-made ready dirs seen: {half:?}");
+        ready.clear();
+        assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(d.path().join("work-making"))
+                .unwrap()
+                .count(),
+            0
+        );
+    }
 
     #[test]
     fn ready_dirs_hold_empty_streams_and_are_taken_before_new_ones_are_made() {
         let d = tempfile::tempdir().unwrap();
-        let ready = Ready::new(d.path().to_path_buf(), 2);
+        let ready = ready_in(d.path(), 2);
         assert!(ready.wanted());
         ready.make_one().unwrap();
         ready.make_one().unwrap();
@@ -187,11 +286,67 @@ mod tests {
         assert!(!ready.wanted(), "closed");
         ready.make_one().unwrap();
         drop((w, _second, third));
-        assert_eq!(
-            std::fs::read_dir(d.path()).unwrap().count(),
-            0,
-            "all removed"
-        );
+        for sub in ["work", "work-making"] {
+            assert_eq!(
+                std::fs::read_dir(d.path().join(sub)).unwrap().count(),
+                0,
+                "all removed from {sub}"
+            );
+        }
+    }
+
+    fn mount(args: &[&str], at: &Path) {
+        let st = std::process::Command::new("mount")
+            .args(args)
+            .arg(at)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount {args:?} {}", at.display());
+    }
+
+    /// Issue 23 item 5: an action running as root mounts a tmpfs over part of its root, and
+    /// binds a directory from outside it. The work dir goes anyway (the tmpfs was EBUSY to
+    /// rmdir, and the dir leaked), and what the bind showed from outside is left alone (the
+    /// removal went into it and emptied it).
+    #[test]
+    fn mounts_an_action_left_are_detached_and_what_they_show_is_left_alone() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: mounting needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"k").unwrap();
+        let w = d.path().join("w");
+        for sub in ["root/sdk/include", "root/bound"] {
+            std::fs::create_dir_all(w.join(sub)).unwrap();
+        }
+        std::fs::write(w.join("root/sdk/include/f.h"), b"h").unwrap();
+        mount(&["-t", "tmpfs", "cs-workdir-test"], &w.join("root/sdk"));
+        std::fs::write(w.join("root/sdk/in-tmpfs"), b"t").unwrap();
+        // Stacked twice on one point.
+        mount(&["-t", "tmpfs", "cs-workdir-test"], &w.join("root/sdk"));
+        let bind = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(&outside)
+            .arg(w.join("root/bound"))
+            .status()
+            .unwrap();
+        assert!(bind.success());
+        let left = || clonestage_engine::platform::mounts::under(d.path()).unwrap();
+        assert_eq!(left().len(), 3, "{:?}", left());
+        let r = remove(&w);
+        // Never leave a mount behind, whatever the outcome.
+        for m in left() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&m)
+                .status();
+        }
+        r.unwrap();
+        assert!(!w.exists(), "the work dir leaked");
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"k");
     }
 
     #[test]

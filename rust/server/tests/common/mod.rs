@@ -152,6 +152,7 @@ impl TestServer {
             upstream: None,
             pool_copies: clonestage_engine::stage::PoolBounds::default().copies,
             shared_dirs: Vec::new(),
+            code: Default::default(),
         }
     }
 
@@ -435,8 +436,16 @@ pub async fn work_entries_after_cleanup(cache: &Path) -> Vec<String> {
     used_work_entries(cache)
 }
 
-/// Entries of `<cache>/work/` other than ready work dirs.
+/// Entries of `<cache>/work/` other than the work dirs this process's server keeps ready:
+/// named `<our pid>-<n>` and holding exactly an empty stdout and stderr. (The server fills
+/// them in `<cache>/work-making/` and renames them in whole, so one being made is not here; one
+/// a killed server left is another pid's and counts.)
 pub fn used_work_entries(cache: &Path) -> Vec<String> {
+    let ours = |n: &str| {
+        n.split_once('-').is_some_and(|(pid, seq)| {
+            pid == std::process::id().to_string() && seq.parse::<u64>().is_ok()
+        })
+    };
     let ready = |p: &Path| {
         let mut names: Vec<String> = match std::fs::read_dir(p) {
             Ok(rd) => rd
@@ -451,7 +460,7 @@ pub fn used_work_entries(cache: &Path) -> Vec<String> {
     };
     work_entries(cache)
         .into_iter()
-        .filter(|n| !ready(&cache.join("work").join(n)))
+        .filter(|n| !(ours(n) && ready(&cache.join("work").join(n))))
         .collect()
 }
 
@@ -463,4 +472,19 @@ pub fn work_entries(cache: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The loop mount `.ci/mount-cow.sh` exported in `var` (`CLONESTAGE_TEST_XFS`, ...); None (a
+/// skip, said on stderr) when unset, a failure when `CLONESTAGE_REQUIRE_FS=1` (CI).
+pub fn loop_mount(var: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os(var) {
+        Some(p) if !p.is_empty() => Some(p.into()),
+        _ if std::env::var("CLONESTAGE_REQUIRE_FS").as_deref() == Ok("1") => {
+            panic!("{var} is not set but CLONESTAGE_REQUIRE_FS=1: run .ci/mount-cow.sh")
+        }
+        _ => {
+            eprintln!("SKIP: {var} not set (run .ci/mount-cow.sh as root)");
+            None
+        }
+    }
 }

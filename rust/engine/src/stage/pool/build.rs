@@ -77,6 +77,9 @@ impl Stager {
                 tree_clone: None,
                 costs: (prof.file_us, prof.tree_clone_us),
                 modes: self.modes,
+                code: self.code,
+                // Made ahead: by the time a copy is lent its links are old enough to run.
+                code_mode: self.code.in_pool(),
                 pool: None,
                 no_pool: Default::default(),
                 root_path: pool.dir.clone(),
@@ -109,6 +112,7 @@ impl Stager {
             }
         };
         let built = b.finish();
+        let code_links = built.counters.code_linked;
         let mut linked = built.linked;
         linked.sort_unstable();
         linked.dedup();
@@ -121,6 +125,8 @@ impl Stager {
                 mark,
                 stamp,
                 linked,
+                code_links,
+                built: std::time::Instant::now(),
                 _pin: pin,
             },
             estimate,

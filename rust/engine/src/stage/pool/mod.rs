@@ -72,10 +72,20 @@ pub(crate) struct Copy {
     pub(crate) stamp: Option<QuarantineStamp>,
     /// Its hardlinked cache inodes, for the holding root's `check_inputs`.
     pub(crate) linked: Vec<(Digest, Inode)>,
+    /// Mach-O code files it holds as links (`--preserve-inodes macho`), and when they were
+    /// made: it is lent only once they are old enough to run (`CodePolicy::min_link_age`).
+    pub(crate) code_links: u64,
+    pub(crate) built: std::time::Instant,
     pub(crate) _pin: PinGuard,
 }
 
 impl Copy {
+    /// Whether it may be lent now: settled (`Record::settled`), and its code links, if any,
+    /// older than `min_link_age`.
+    pub(crate) fn lendable(&self, min_link_age: std::time::Duration) -> bool {
+        self.record.settled() && (self.code_links == 0 || self.built.elapsed() >= min_link_age)
+    }
+
     /// Whether no quarantine happened anywhere since the copy was last proven against the
     /// cache; `now` is `Cache::quarantine_stamp()`.
     pub(crate) fn stamp_holds(&self, now: Option<QuarantineStamp>) -> bool {

@@ -1,7 +1,8 @@
 //! Taking a ready copy into a root being built: one no-replace rename from the pool into the
 //! root's directory (made writable around the move where the process needs that to move a
 //! directory to another parent), then the copy's top recorded again (the rename moved its
-//! ctime). A copy that is not settled yet (`Record::settled`) stays in the pool; one whose
+//! ctime). A copy that is not settled yet (`Record::settled`), or whose Mach-O code links are
+//! younger than the minimum age to run (`Copy::lendable`), stays in the pool; one whose
 //! cache inodes were quarantined since it was built (by this process, or by another one: the
 //! quarantine count moved and a lookup finds the inode gone) is discarded, never lent.
 
@@ -22,11 +23,12 @@ impl Pool {
         dir: &Dir,
         name: &CStr,
         p: &Path,
+        min_link_age: std::time::Duration,
     ) -> Option<Copy> {
         let (src, mut copy) = loop {
             let mut s = self.state.lock().unwrap();
             let list = s.ready.get_mut(d)?;
-            let i = list.iter().position(|(_, c)| c.record.settled())?;
+            let i = list.iter().position(|(_, c)| c.lendable(min_link_age))?;
             let (src, copy) = list.swap_remove(i);
             if list.is_empty() {
                 s.ready.remove(d);

@@ -2,7 +2,7 @@
 //! `mdfind` and `plutil` (the shims every macOS has, as Bazel calls /usr/bin/xcrun), and
 //! /Applications.
 
-use super::tools::{pinned_from_env, tmpdir_or_default, Tools, TOOL_TIMEOUT};
+use super::tools::{pinned_from_env, Tools, TOOL_TIMEOUT};
 use std::path::PathBuf;
 
 pub(super) fn tools() -> Option<Tools> {
@@ -13,7 +13,6 @@ pub(super) fn tools() -> Option<Tools> {
         plutil: PathBuf::from("/usr/bin/plutil"),
         applications: vec![PathBuf::from("/Applications")],
         pinned_developer_dir: pinned_from_env(),
-        tmpdir: tmpdir_or_default(std::env::var_os("TMPDIR")),
         timeout: TOOL_TIMEOUT,
     })
 }

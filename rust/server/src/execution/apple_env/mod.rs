@@ -7,9 +7,11 @@
 //!   the bundles of `xcode-select -p`, the server's own `DEVELOPER_DIR`, Spotlight and
 //!   `/Applications/Xcode*.app`. Without an override: the server's `DEVELOPER_DIR` (the user's
 //!   pin), else `xcode-select -p`.
-//! - `SDKROOT`: `xcrun --sdk <platform lowercased><sdk version> --show-sdk-path` run with that
-//!   `DEVELOPER_DIR` (with the action's own one when it carries one).
-//! - `TMPDIR`: the server's `TMPDIR`, or /tmp.
+//! - `SDKROOT`: `xcrun --sdk <sdk> --show-sdk-path` run with that `DEVELOPER_DIR` (with the
+//!   action's own one when it carries one): `<platform><APPLE_SDK_VERSION_OVERRIDE>` first, as
+//!   Bazel 4.2.3 asks, then the platform alone, as Bazel 8-9 ask (`sdk`).
+//!
+//! `TMPDIR` is not Apple's: every action gets it (`tmpdir`).
 //!
 //! A variable the action sets itself wins (nothing is looked up for it). Answers are cached
 //! per (version, platform, SDK version, the action's own DEVELOPER_DIR) for the server's life
@@ -25,6 +27,7 @@
 //! `macos.rs`); `CLONESTAGE_APPLE_TOOLS=DIR` (tests and diagnostics only) takes stub programs
 //! and bundles from DIR instead, on any OS.
 
+mod sdk;
 mod tools;
 
 #[cfg(target_os = "linux")]
@@ -107,6 +110,11 @@ impl AppleEnv {
         }
     }
 
+    /// Whether this host has Xcode tools to resolve with (false on Linux: keys pass through).
+    pub fn resolves(&self) -> bool {
+        self.tools.is_some()
+    }
+
     /// The variables to add to an action's environment: none for an action without the Apple
     /// keys or on a host without Xcode; never one the action sets itself.
     pub fn additions(
@@ -166,9 +174,6 @@ impl AppleEnv {
             }
         };
         let mut add = Vec::new();
-        if get("TMPDIR").is_none() {
-            add.push(("TMPDIR", tools.tmpdir.clone()));
-        }
         if let Some(d) = r.developer_dir {
             add.push(("DEVELOPER_DIR", d));
         }
@@ -199,22 +204,8 @@ fn resolve(t: &Tools, key: &Key) -> Result<Resolved, Failure> {
     };
     let sdkroot = match (&key.platform, key.want_sdkroot) {
         (Some(platform), true) => {
-            let sdk = format!(
-                "{}{}",
-                platform.to_ascii_lowercase(),
-                key.sdk_version.as_deref().unwrap_or("")
-            );
             let dd = key.developer_dir.as_deref().or(developer_dir.as_deref());
-            Some(t.sdk_path(dd, &sdk).map_err(|e| {
-                precondition(format!(
-                    "cannot find the Apple SDK '{sdk}' ({SDK_PLATFORM}={platform}{}) in DEVELOPER_DIR={}: {e}",
-                    key.sdk_version
-                        .as_deref()
-                        .map(|v| format!(", {SDK_VERSION}={v}"))
-                        .unwrap_or_default(),
-                    dd.unwrap_or("(xcode-select's default)")
-                ))
-            })?)
+            Some(sdk::root(t, dd, platform, key.sdk_version.as_deref())?)
         }
         _ => None,
     };
@@ -252,14 +243,14 @@ fn installed(t: &Tools) -> (Vec<Installed>, Vec<String>) {
     let mut bundles = Vec::new();
     match t.selected_developer_dir() {
         Ok(d) => bundles.extend(bundle_of(&d)),
-        Err(e) => notes.push(e.0),
+        Err(e) => notes.push(e.message),
     }
     if let Some(p) = &t.pinned_developer_dir {
         bundles.extend(bundle_of(p));
     }
     match t.spotlight() {
         Ok(found) => bundles.extend(found),
-        Err(e) => notes.push(e.0),
+        Err(e) => notes.push(e.message),
     }
     bundles.extend(t.applications_bundles());
     let apps: Vec<PathBuf> = t

@@ -92,7 +92,6 @@ esac"#,
     fn tools(&self) -> Tools {
         let mut t = Tools::in_dir(self.p());
         t.pinned_developer_dir = None;
-        t.tmpdir = "/tmp/server-tmp".into();
         t.timeout = Duration::from_secs(10);
         t
     }
@@ -133,7 +132,7 @@ fn an_overridden_xcode_is_found_by_every_form_of_its_version() {
             Some(format!("{x15}/SDKs/iphoneos17.2.sdk").as_str()),
             "{v}"
         );
-        assert_eq!(get(&add, "TMPDIR"), Some("/tmp/server-tmp"));
+        assert_eq!(get(&add, "TMPDIR"), None, "every action's, not Apple's");
     }
     // The Spotlight-only beta is found too.
     let add = h
@@ -259,10 +258,40 @@ fn a_cache_hit_runs_no_tool() {
         assert_eq!(env.additions(&vars(&kv)).unwrap(), first);
     }
     assert_eq!(counts(&h), (1, 1, 1));
-    // Another SDK version is another key.
+    // Another SDK version is another key (one this Xcode lacks: then the platform alone).
     kv[1] = (SDK_VERSION, "18.0");
-    assert!(env.additions(&vars(&kv)).is_err());
-    assert_eq!(h.calls("xcrun"), 2);
+    let other = env.additions(&vars(&kv)).unwrap();
+    assert_ne!(get(&other, "SDKROOT"), get(&first, "SDKROOT"));
+    assert_eq!(h.calls("xcrun"), 3);
+    assert_eq!(env.additions(&vars(&kv)).unwrap(), other);
+    assert_eq!(h.calls("xcrun"), 3);
+}
+
+/// Issue 22 item 5: Bazel 4.2.3 asks xcrun for `<platform><APPLE_SDK_VERSION_OVERRIDE>`,
+/// Bazel 8-9 for the platform alone. A pinned SDK version this Xcode lacks builds locally
+/// under Bazel 8-9, so here it falls back to the platform alone; one it has is still found
+/// by its version first.
+#[test]
+fn an_sdk_version_the_xcode_lacks_falls_back_to_the_platform_alone() {
+    let h = Host::new();
+    let mut kv = IOS.to_vec();
+    kv.push((XCODE_VERSION, "15.2"));
+    kv[1] = (SDK_VERSION, "17.4");
+    let x15 = h.developer_dir("Applications/Xcode_15.2.app");
+    let add = h.env().additions(&vars(&kv)).unwrap();
+    assert_eq!(
+        get(&add, "SDKROOT"),
+        Some(format!("{x15}/SDKs/iphoneos.sdk").as_str())
+    );
+    assert_eq!(h.calls("xcrun"), 2, "the versioned form, then the platform");
+    // The exact version when xcrun has it: one call.
+    kv[1] = (SDK_VERSION, "17.2");
+    let add = h.env().additions(&vars(&kv)).unwrap();
+    assert_eq!(
+        get(&add, "SDKROOT"),
+        Some(format!("{x15}/SDKs/iphoneos17.2.sdk").as_str())
+    );
+    assert_eq!(h.calls("xcrun"), 3);
 }
 
 #[test]
@@ -286,15 +315,17 @@ fn a_hanging_tool_times_out_with_a_clear_error() {
         m.contains("xcrun --sdk iphoneos17.2 --show-sdk-path"),
         "{m}"
     );
+    assert_eq!(h.calls("xcrun"), 1, "a hung xcrun is not asked again");
 }
 
 #[test]
 fn a_failing_or_missing_tool_is_named() {
     let h = Host::new();
-    let mut kv = IOS.to_vec();
-    kv[1] = (SDK_VERSION, "99.0");
+    // A platform this Xcode lacks: both forms are asked for, and named.
+    let kv = [(SDK_PLATFORM, "AppleTVOS"), (SDK_VERSION, "99.0")];
     let m = h.env().additions(&vars(&kv)).unwrap_err().message();
-    assert!(m.contains("SDK 'iphoneos99.0'"), "{m}");
+    assert!(m.contains("'appletvos99.0'"), "{m}");
+    assert!(m.contains("then 'appletvos'"), "{m}");
     assert!(m.contains("cannot be located"), "the tool's stderr: {m}");
 
     std::fs::remove_file(h.p().join("xcode-select")).unwrap();

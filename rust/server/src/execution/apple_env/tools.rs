@@ -33,32 +33,44 @@ pub(crate) struct Tools {
     pub applications: Vec<PathBuf>,
     /// The server's own `DEVELOPER_DIR` (the user pinned an Xcode), if set and non-empty.
     pub pinned_developer_dir: Option<String>,
-    /// The server's `TMPDIR`, or /tmp (what Bazel's local provider gives Apple actions).
-    pub tmpdir: String,
     pub timeout: Duration,
 }
 
 /// A tool that could not answer: the message names the program, its arguments and what
 /// happened (not found, exit status and stderr, or the timeout).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ToolError(pub String);
+pub(crate) struct ToolError {
+    pub message: String,
+    /// The tool ran and said no (a non-zero exit, or nothing printed); false when it could
+    /// not be run or did not answer in time, where asking it something else would not help.
+    pub refused: bool,
+}
 
-impl std::fmt::Display for ToolError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl ToolError {
+    fn broken(message: String) -> ToolError {
+        ToolError {
+            message,
+            refused: false,
+        }
+    }
+
+    fn refused(message: String) -> ToolError {
+        ToolError {
+            message,
+            refused: true,
+        }
     }
 }
 
-/// `TMPDIR` from an environment value: unset or empty is /tmp.
-pub(crate) fn tmpdir_or_default(v: Option<std::ffi::OsString>) -> String {
-    v.map(|v| v.to_string_lossy().into_owned())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "/tmp".into())
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 impl Tools {
     /// Stub programs `xcrun`, `xcode-select`, `mdfind`, `plutil` in `dir`, bundles in
-    /// `dir/Applications`; pin and TMPDIR from the server's environment.
+    /// `dir/Applications`; the pin from the server's environment.
     pub fn in_dir(dir: &Path) -> Tools {
         Tools {
             xcrun: dir.join("xcrun"),
@@ -67,7 +79,6 @@ impl Tools {
             plutil: dir.join("plutil"),
             applications: vec![dir.join("Applications")],
             pinned_developer_dir: pinned_from_env(),
-            tmpdir: tmpdir_or_default(std::env::var_os("TMPDIR")),
             timeout: TOOL_TIMEOUT,
         }
     }
@@ -101,7 +112,7 @@ impl Tools {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| ToolError(format!("cannot run `{}`: {e}", shown())))?;
+            .map_err(|e| ToolError::broken(format!("cannot run `{}`: {e}", shown())))?;
         let out = reader(child.stdout.take());
         let err = reader(child.stderr.take());
         let start = Instant::now();
@@ -112,14 +123,14 @@ impl Tools {
                     // The whole group: a script's own children hold the pipes too.
                     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
                     let _ = child.wait();
-                    return Err(ToolError(format!(
+                    return Err(ToolError::broken(format!(
                         "`{}` did not answer within {:?}; killed",
                         shown(),
                         self.timeout
                     )));
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => return Err(ToolError(format!("wait for `{}`: {e}", shown()))),
+                Err(e) => return Err(ToolError::broken(format!("wait for `{}`: {e}", shown()))),
             }
         };
         // A descendant that outlives the tool may keep a pipe open: wait only so long.
@@ -132,7 +143,7 @@ impl Tools {
             .recv_timeout(Duration::from_millis(100))
             .unwrap_or_default();
         if !status.success() {
-            return Err(ToolError(format!(
+            return Err(ToolError::refused(format!(
                 "`{}` failed ({status}): {}",
                 shown(),
                 String::from_utf8_lossy(&stderr).trim()
@@ -146,7 +157,7 @@ impl Tools {
     pub fn selected_developer_dir(&self) -> Result<String, ToolError> {
         let d = self.run_tool(&self.xcode_select, &["-p"], None)?;
         if d.is_empty() {
-            return Err(ToolError(format!(
+            return Err(ToolError::refused(format!(
                 "`{} -p` printed nothing",
                 self.xcode_select.display()
             )));
@@ -218,7 +229,7 @@ impl Tools {
             developer_dir,
         )?;
         if p.is_empty() {
-            return Err(ToolError(format!(
+            return Err(ToolError::refused(format!(
                 "`{} --sdk {sdk} --show-sdk-path` printed nothing",
                 self.xcrun.display()
             )));
