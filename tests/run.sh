@@ -80,6 +80,7 @@ suite_perf_split() { python3 tests/perf/split_test.py; }
 suite_layout() {
     python3 tests/layout/check_test.py
     python3 tests/layout/check.py
+    python3 tests/lib/harness_check.py # no pass()/fail() outside tests/lib/report.sh
 }
 
 suite_module() {
@@ -145,7 +146,7 @@ SUITES=(
     "doctor|full|clonestage doctor --json with a cache on XFS and Bazel 4.2.3, and its failure paths"
     "buildifier|quick full|buildifier on all Starlark"
     "perf_split|quick full|the parser that splits an action's extra time between Bazel and clonestage"
-    "layout|quick full|import cycles, reach-ins, long files, repeated names, a //! doc on every file"
+    "layout|quick full|import cycles, reach-ins, long files, repeated names, a //! doc on every file, one shell harness"
     "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive; the binary checker"
     "launcher|quick full|the POSIX shim tools/bazel and clonestage launch (the release binary) against a stub Bazel"
     "secrets|full|another uid against a TCP build through the launcher, and a restart"
@@ -155,7 +156,7 @@ SUITES=(
     "teamrc|full|a team's .bazelrc (a dead --remote_cache, a --disk_cache, worker-style --strategy lines) through the launcher, without it, standing aside, every command kind"
     "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, x86_64 Linux and arm64 macOS rebuilt to the same bytes"
     "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
-    "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, write-through race, two output bases"
+    "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, abandoned and idle uploads, write-through race, two output bases"
 )
 
 usage() {

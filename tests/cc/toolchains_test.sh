@@ -20,20 +20,21 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export CLONESTAGE_DISABLE=1
-fail() { echo "toolchains_test: $*" >&2; exit 1; }
+# shellcheck source=tests/lib/report.sh
+source ../lib/report.sh
 
 # 1. GCC: the build of `bazel test //...`.
 bazel build --jobs=2 @clonestage//cc:clonestage-spawn
 gcc_bin=bazel-bin/external/clonestage/cc/clonestage-spawn
-[ -x "$gcc_bin" ] || fail "$gcc_bin was not built"
+[ -x "$gcc_bin" ] || die "toolchains_test: $gcc_bin was not built"
 if readelf -d "$gcc_bin" | grep -q 'NEEDED.*libstdc++'; then
-    fail "the GCC build needs libstdc++.so: the static libstdc++ link was lost"
+    die "toolchains_test: the GCC build needs libstdc++.so: the static libstdc++ link was lost"
 fi
-echo "gcc: $gcc_bin links libstdc++ statically"
+pass "gcc: $gcc_bin links libstdc++ statically"
 
 # 2. clang + libc++, in an output base of its own (another toolchain
 # configuration), shut down at the end.
-command -v clang >/dev/null || fail "clang not found (.ci/install.sh installs it)"
+command -v clang >/dev/null || die "toolchains_test: clang not found (.ci/install.sh installs it)"
 base=$(mktemp -d "${TMPDIR:-/tmp}/clonestage-clang-base.XXXXXX")
 cleanup() {
     bazel --output_base="$base" shutdown >/dev/null 2>&1 || true
@@ -46,16 +47,17 @@ bazel --output_base="$base" build --jobs=2 \
     --repo_env=BAZEL_LINKLIBS=-l%:libc++.a:-l%:libc++abi.a:-lm \
     @clonestage//cc:clonestage-spawn
 clang_bin="$base/execroot/clonestage_cc_tests/bazel-out/k8-fastbuild/bin/external/clonestage/cc/clonestage-spawn"
-[ -x "$clang_bin" ] || fail "$clang_bin was not built"
+[ -x "$clang_bin" ] || die "toolchains_test: $clang_bin was not built"
 if readelf -d "$clang_bin" | grep -q 'NEEDED.*libstdc++'; then
-    fail "the clang/libc++ build needs libstdc++.so"
+    die "toolchains_test: the clang/libc++ build needs libstdc++.so"
 fi
 mixed=$(nm -C "$clang_bin" | grep -c '__gnu_cxx::' || true)
 if [ "$mixed" != 0 ]; then
     nm -C "$clang_bin" | grep '__gnu_cxx::' | head -5 >&2
-    fail "the clang/libc++ build carries libstdc++'s runtime ($mixed __gnu_cxx:: symbols)"
+    die "toolchains_test: the clang/libc++ build carries libstdc++'s runtime ($mixed __gnu_cxx:: symbols)"
 fi
 out=$("$clang_bin" --stats - -- /bin/sh -c 'echo ran >&2; exit 3' 2>&1) && code=0 || code=$?
-[ "$code" = 3 ] || fail "the clang/libc++ build exited $code, not 3: $out"
-case "$out" in *ran*'"exit_code": 3'*) ;; *) fail "unexpected output: $out" ;; esac
-echo "clang/libc++: $clang_bin links, runs, and carries no libstdc++"
+[ "$code" = 3 ] || die "toolchains_test: the clang/libc++ build exited $code, not 3: $out"
+case "$out" in *ran*'"exit_code": 3'*) ;; *) die "toolchains_test: unexpected output: $out" ;; esac
+pass "clang/libc++: $clang_bin links, runs, and carries no libstdc++"
+finish

@@ -28,10 +28,12 @@
 #                  both launchers and clonestage), a failing install (no cargo on PATH:
 #                  says so, leaves no per-version home and no change in the workspace), and
 #                  the program's helper branch (given a helper target of the consumer's);
-#   checkout path  the README's "without the module" words: copy tools/bazel and
-#                  strategy/clonestage.bazelrc into the workspace's tools/, run
-#                  `bash tools/install-binaries.sh` in the checkout, add the two .bazelrc
-#                  lines; then `bazel test //...` runs through clonestage the same way.
+#   checkout path  the README's "without the module" block, read from README.md (the fenced
+#                  block after `<!-- without-the-module -->`) and run as written in the
+#                  checkout with WS set to a fresh workspace (it runs
+#                  `bash tools/install-binaries.sh`, copies tools/bazel and
+#                  strategy/clonestage.bazelrc into the workspace's tools/ and adds the
+#                  .bazelrc line); then `bazel test //...` runs through clonestage the same way.
 #
 # Each path gets its own temporary HOME, so the per-version home
 # (~/.local/share/clonestage/<version>/bin), the cache (~/.cache/clonestage) and Bazel's
@@ -74,25 +76,21 @@ case "$work/" in
 esac
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/rust/Cargo.toml" | head -n 1)"
 
-passed=0
-failed=0
-say() { printf '%s\n' "$*"; }
-pass() {
-  passed=$((passed + 1))
-  say "PASS: $1"
+tail_lines=20
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/bazel.sh
+source "$root/tests/lib/bazel.sh"
+# readme_block NAME: the fenced code block that follows the marker line `<!-- NAME ... -->` in
+# README.md.
+readme_block() {
+  awk -v m="<!-- $1" 'index($0, m) == 1 && substr($0, length(m) + 1, 1) ~ /[ :]/ { armed = 1; next }
+    armed && /^```/ { if (inside) exit; inside = 1; next } inside' "$root/README.md"
 }
-fail() { # fail NAME [DETAIL...]
-  failed=$((failed + 1))
-  say "FAIL: $1"
-  shift
-  local line
-  for line in "$@"; do printf '      %s\n' "$line"; done
-}
-tail_of() { tail -n "${2:-20}" "$1" 2>/dev/null | sed 's/^/      | /'; }
 
 # Every HOME this run made: its Bazel servers and clonestage servers are stopped at the end.
 homes=()
-finish() {
+cleanup() {
   local h ws
   for h in "${homes[@]}"; do
     for ws in "$h"/../ws*; do
@@ -108,21 +106,9 @@ finish() {
     rm -rf "$work"
   fi
 }
-trap finish EXIT
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Bazel's process summary, e.g. "INFO: 5 processes: 2 internal, 3 remote."
-summary_of() { grep -E '^INFO: [0-9,]+ process(es)?: ' "$1" | tail -n 1; }
-spawns() { # spawns LOG KIND
-  local n
-  n="$(summary_of "$1" | grep -oE "[0-9,]+ $2[,.]" | head -n 1 | tr -dc 0-9)"
-  echo "${n:-0}"
-}
-other_spawns() { # kinds in the summary other than internal, remote and remote cache hit
-  # (a hit is served by clonestage's action cache: still through clonestage, not local)
-  summary_of "$1" | sed -E 's/^INFO: [0-9,]+ process(es)?: //; s/\.$//' | tr ',' '\n' |
-    sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote|remote cache hit)$' | tr '\n' ',' | sed 's/,$//'
-}
 expected_method() { # the staging method the cache's filesystem should use
   case "$(stat -f -c %T "$1" 2>/dev/null)" in
     ext2/ext3 | ext4 | tmpfs) echo hardlink ;;
@@ -562,17 +548,23 @@ checkout_path() {
   ws="$dir/ws"
   make_workspace "$ws" ""
 
-  # The README's words, one by one.
-  mkdir -p "$ws/tools"
-  cp "$root/tools/bazel" "$root/strategy/clonestage.bazelrc" "$ws/tools/"
+  # The README's words, taken from README.md itself (the fenced block after the marker
+  # comment), so an edit of the README is what runs here. The user's first line names the
+  # workspace; here WS is set to the test's own.
+  local block
+  block="$(readme_block without-the-module)"
   log="$dir/install.log"
-  (cd "$root" && timeout -k 10 1800 bash tools/install-binaries.sh) >"$log" 2>&1
+  if [ "$(printf '%s\n' "$block" | head -n 1)" != 'WS=/path/to/your/workspace' ]; then
+    fail "checkout: the README's \"without the module\" block" "its first line is not WS=/path/to/your/workspace" "$(printf '%s\n' "$block" | sed 's/^/      | /')"
+    return
+  fi
+  (cd "$root" && export WS="$ws" && printf '%s\n' "$block" | sed 1d | timeout -k 10 1800 bash -euo pipefail -x) >"$log" 2>&1
   rc=$?
-  echo 'try-import %workspace%/tools/clonestage.bazelrc' >>"$ws/.bazelrc"
-  if [ "$rc" = 0 ] && [ -x "$HOME/.local/share/clonestage/$version/bin/clonestage-spawn" ]; then
-    pass "checkout: bash tools/install-binaries.sh installed both binaries ($(grep -o 'building clonestage-spawn: [a-z+]*' "$log" | head -n 1); $((SECONDS - t0)) s)"
+  if [ "$rc" = 0 ] && [ -x "$HOME/.local/share/clonestage/$version/bin/clonestage-spawn" ] &&
+    cmp -s "$ws/tools/bazel" "$root/tools/bazel" && grep -qx 'try-import %workspace%/tools/clonestage.bazelrc' "$ws/.bazelrc"; then
+    pass "checkout: the README's \"without the module\" block ran as written and installed both binaries ($(grep -o 'building clonestage-spawn: [a-z+]*' "$log" | head -n 1); $((SECONDS - t0)) s)"
   else
-    fail "checkout: bash tools/install-binaries.sh" "exit $rc" "$(tail_of "$log" 30)"
+    fail "checkout: the README's \"without the module\" block" "exit $rc" "$(tail_of "$log" 30)"
   fi
   # Bazel of the checkout (install-binaries.sh built the wrapper with it) is not needed again.
   (cd "$root" && CLONESTAGE_DISABLE=1 timeout 60 bazel shutdown) >/dev/null 2>&1
@@ -602,5 +594,4 @@ for p in "${paths[@]}"; do
   done
 done
 
-say "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -20,18 +20,10 @@
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 BIN="${CLONESTAGE_BIN:-$root/rust/target/release/clonestage}"
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "PASS: $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $1"
-  shift
-  for l in "$@"; do echo "      $l"; done
-}
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/build.sh
+source "$root/tests/lib/build.sh"
 
 [ -x "$BIN" ] || {
   echo "no clonestage binary at $BIN (cargo build --release --bin clonestage)" >&2
@@ -65,12 +57,7 @@ trap cleanup EXIT
 spawn="${CLONESTAGE_SPAWN:-$root/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
 if [ ! -x "$spawn" ]; then
   spawn="$tmp/clonestage-spawn"
-  srcs=()
-  for f in "$root"/cc/*.cc; do
-    case "$f" in *-darwin.cc) continue ;; esac
-    srcs+=("$f")
-  done
-  "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$spawn" "${srcs[@]}" || {
+  cxx_spawn "$root" "$spawn" || {
     echo "cannot build the spawn wrapper" >&2
     exit 1
   }
@@ -198,5 +185,4 @@ else
   fail "stub Xcode: resolved, and a broken xcode-select fails (exit $rc, $rc2)" "$why" "$why2"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

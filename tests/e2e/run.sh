@@ -43,27 +43,11 @@ export CLONESTAGE_CACHE="$cache"
 # checkout: an install there must not shadow the build under test.
 export XDG_DATA_HOME="$logs/no-install"
 
-passed=0
-failed=0
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/bazel.sh
+source "$root/tests/lib/bazel.sh"
 bg_pid=""
-
-say() { printf '%s\n' "$*"; }
-pass() {
-  passed=$((passed + 1))
-  say "PASS: $1"
-}
-fail() { # fail NAME [DETAIL...]
-  failed=$((failed + 1))
-  say "FAIL: $1"
-  shift
-  local line
-  for line in "$@"; do
-    printf '      %s\n' "$line"
-  done
-}
-tail_of() { # the last lines of a log, indented, for FAIL details
-  tail -n "${2:-15}" "$1" 2>/dev/null | sed 's/^/      | /'
-}
 
 # --- the server ------------------------------------------------------------------------
 
@@ -87,7 +71,7 @@ stop_server() {
   kill -KILL "$pid" 2>/dev/null
 }
 
-finish() {
+cleanup() {
   local rc=$?
   if [ -n "$bg_pid" ]; then
     kill "$bg_pid" 2>/dev/null
@@ -100,7 +84,7 @@ finish() {
     rm -rf "$cache" "$logs"
   fi
 }
-trap finish EXIT
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- figures ----------------------------------------------------------------------------
@@ -127,20 +111,6 @@ stat_of() { # stat_of NAME KEY: a counter of snapshot NAME (0 when absent)
 }
 delta() { # delta FROM TO KEY
   echo $(($(stat_of "$2" "$3") - $(stat_of "$1" "$3")))
-}
-
-# Bazel's process summary, e.g. "INFO: 49 processes: 20 internal, 29 remote."
-summary_of() {
-  grep -E '^INFO: [0-9,]+ process(es)?: ' "$1" | tail -n 1
-}
-spawns() { # spawns LOG KIND: how many spawns of KIND ("remote", "remote cache hit", "local", ...)
-  local n
-  n="$(summary_of "$1" | grep -oE "[0-9,]+ $2[,.]" | head -n 1 | tr -dc 0-9)"
-  echo "${n:-0}"
-}
-other_spawns() { # kinds in the summary other than internal, remote and remote cache hit
-  summary_of "$1" | sed -E 's/^INFO: [0-9,]+ process(es)?: //; s/\.$//' | tr ',' '\n' |
-    sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote|remote cache hit)$' | tr '\n' ',' | sed 's/,$//'
 }
 
 # bz DIR LOG SECONDS ARGS...: one Bazel command in DIR through /usr/bin/bazel (and
@@ -579,5 +549,4 @@ say "run.sh: server totals: actions=$(stat_of final actions) action_cache_hits=$
   "failures=$(stat_of final action_failures) timeouts=$(stat_of final action_timeouts) errors=$(stat_of final action_errors)" \
   "staged files: $(methods_line e2e-before final)"
 say "run.sh: finished in $((SECONDS - start_time)) s"
-say "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

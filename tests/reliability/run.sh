@@ -7,6 +7,8 @@
 #   enospc   a full disk under the cache on a small loop filesystem (enospc.py; root)
 #   fuzz     libFuzzer on the engine's tree validator and stager (rust/fuzz, cargo-fuzz)
 #   hostile  hostile trees, symlink chains and paths sent to a live server (hostile.py)
+#   uploads  abandoned and idle compressed uploads (RSS, temp files), an idle stream and its
+#            name, compressed resumption, a message after finish_write (uploads.py; zstandard)
 #   race     the write-through race, as root and as a non-root owner (race.py; ext4 mount)
 #   two      two Bazel output bases against one server under eviction pressure (bazel_load.py two)
 #
@@ -31,7 +33,7 @@ TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
 PY=${RELIABILITY_PY:-$TOOLS/venv/bin/python}
 export RELIABILITY_SEED=${RELIABILITY_SEED:-$(date +%s)}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(kill9 enospc fuzz hostile race two)
+[ ${#parts[@]} -gt 0 ] || parts=(kill9 enospc fuzz hostile uploads race two)
 
 passed=0
 failed=0
@@ -76,8 +78,8 @@ fi
 chmod -R a+rX "$bin"
 cs="$bin/clonestage"
 spawn="$bin/clonestage-spawn"
-if ! "$PY" -c 'import grpc' 2>/dev/null; then
-  say "reliability: setup: no python with grpcio at $PY (.ci/install.sh installs it; or set RELIABILITY_PY)"
+if ! "$PY" -c 'import grpc, zstandard' 2>/dev/null; then
+  say "reliability: setup: no python with grpcio and zstandard at $PY (.ci/install.sh installs it; or set RELIABILITY_PY)"
   say "0 passed, 1 failed"
   exit 1
 fi
@@ -118,6 +120,11 @@ for part in "${parts[@]}"; do
       mkdir -p "$work/hostile"
       py hostile.py "$cs" "$spawn" "$work/hostile" "${RELIABILITY_HOSTILE_SECONDS:-45}"
       result hostile $?
+      ;;
+    uploads)
+      mkdir -p "$work/uploads"
+      py uploads.py "$cs" "$spawn" "$work/uploads"
+      result uploads $?
       ;;
     race)
       ext4="${CLONESTAGE_TEST_EXT4:-}"

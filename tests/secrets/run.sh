@@ -30,19 +30,8 @@ mode=stub
 [ "${1:-}" = --bazel ] && mode=bazel
 other=65534
 
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "PASS $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1"
-  shift
-  local l
-  for l in "$@"; do echo "    $l"; done
-}
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
 check() { # check NAME COMMAND...
   local name="$1"
   shift
@@ -293,5 +282,4 @@ echo "secrets: token found by uid $other in $nleaks places (argv $nargv, environ
   "Execute as uid $other with a found token: $([ "$used" = 1 ] && echo "tried, got through" || echo "nothing to try");" \
   "port and token after a restart: $([ "$new_port" = "$port" ] && echo same || echo changed) ($mode Bazel);" \
   "files under HOME and the workspace with the token, as the owner sees them: $owner_view"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -57,23 +57,12 @@ disk_cache="$ws/.disk-cache" # what the workspace's --disk_cache=.disk-cache nam
 # Bazel without any launcher: what Debian's /usr/bin/bazel wrapper runs.
 bazel_real="${BAZEL_REAL_FOR_TEST:-/usr/bin/bazel-4}"
 
-passed=0
-failed=0
-say() { printf '%s\n' "$*"; }
-pass() {
-  passed=$((passed + 1))
-  say "PASS: $1 [${SECONDS}s]"
-}
-fail() { # fail NAME [DETAIL...]
-  failed=$((failed + 1))
-  say "FAIL: $1 [${SECONDS}s]"
-  shift
-  local line
-  for line in "$@"; do
-    printf '      %s\n' "$line"
-  done
-}
-tail_of() { tail -n "${2:-12}" "$1" 2>/dev/null | sed 's/^/      | /'; }
+report_elapsed=1 # "PASS: NAME [42s]"
+tail_lines=12
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/bazel.sh
+source "$root/tests/lib/bazel.sh"
 
 bz() { # bz LOG ARGS...: one Bazel command in the workspace through the launcher, bounded
   local log="$1"
@@ -81,7 +70,7 @@ bz() { # bz LOG ARGS...: one Bazel command in the workspace through the launcher
   (cd "$ws" && timeout -k 10 180 bazel --output_user_root="$out_root" "$@") >"$log" 2>&1
 }
 
-finish() {
+cleanup() {
   (cd "$ws" && CLONESTAGE_DISABLE=1 timeout 60 bazel --output_user_root="$out_root" shutdown) >/dev/null 2>&1
   "$cs" --cache "$cache" stop --timeout 20 >/dev/null 2>&1
   rm -f "$ws/tools/clonestage.bazelrc"
@@ -92,15 +81,9 @@ finish() {
     rm -rf "$tmp"
   fi
 }
-trap finish EXIT
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-summary_of() { grep -E '^INFO: [0-9,]+ process(es)?: ' "$1" | tail -n 1; }
-spawns() { # spawns LOG KIND: spawns of KIND ("remote", "local", ...) in Bazel's summary
-  local n
-  n="$(summary_of "$1" | grep -oE "[0-9,]+ $2[,.]" | head -n 1 | tr -dc 0-9)"
-  echo "${n:-0}"
-}
 not_remote() { # kinds in the summary other than internal and remote
   summary_of "$1" | sed -E 's/^INFO: [0-9,]+ process(es)?: //; s/\.$//' | tr ',' '\n' |
     sed -E 's/^ *//' | grep -vE '^[0-9,]+ (internal|remote)$' | tr '\n' ',' | sed 's/,$//'
@@ -383,5 +366,4 @@ else
   fail "$name" "$starts starts: $(grep -l 'Starting local Bazel server' "$logs"/cmd-*.log | xargs -n1 basename | tr '\n' ' ')"
 fi
 
-say "$passed passed, $failed failed ($((SECONDS))s)"
-[ "$failed" = 0 ]
+finish "($((SECONDS))s)"

@@ -196,8 +196,11 @@ up_ac_entries() { # CACHE: results in the local action cache
 }
 
 # up_outputs FILE: the SHA-256 of every regular file Bazel's last build left in bazel-bin
-# (runfiles are symlinks; Bazel's own manifests are left out), sorted, into FILE.
+# (runfiles are symlinks; Bazel's own manifests are left out), sorted, into FILE. Left out too:
+# the stand-in compiler's `<Module>.modcache` reports, which record whether each compile built
+# or loaded its implicit modules, that is the state of the machine's module cache, not what the
+# action computed (examples/swiftlike/README.md); a cache that executes again differs there.
 up_outputs() {
-  (cd "$up_ws/bazel-bin/" && find . -type f ! -name '*.runfiles_manifest' ! -name MANIFEST -print0 |
+  (cd "$up_ws/bazel-bin/" && find . -type f ! -name '*.runfiles_manifest' ! -name MANIFEST ! -name '*.modcache' -print0 |
     sort -z | xargs -0 sha256sum) >"$1"
 }

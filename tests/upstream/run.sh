@@ -40,27 +40,16 @@ root_a="$up_tmp/bazel-a"
 root_b="$up_tmp/bazel-b"
 build_flags=(build --config=ci --config=clonestage --jobs=2 //...)
 
-passed=0
-failed=0
-pass() {
-  passed=$((passed + 1))
-  echo "PASS: $1 [${SECONDS}s]"
-}
-fail() { # NAME [DETAIL...]
-  failed=$((failed + 1))
-  echo "FAIL: $1 [${SECONDS}s]"
-  shift
-  local line
-  for line in "$@"; do printf '      %s\n' "$line"; done
-}
+report_elapsed=1 # "PASS: NAME [42s]"
+# shellcheck source=tests/lib/report.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/report.sh"
 expect() { # NAME DETAIL COMMAND...: pass when COMMAND succeeds
   local name="$1" detail="$2"
   shift 2
   if "$@"; then pass "$name"; else fail "$name" "$detail"; fi
 }
-tail_of() { tail -n "${2:-15}" "$1" 2>/dev/null | sed 's/^/      | /'; }
 
-finish() {
+cleanup() {
   up_shutdown_bazel "$root_a"
   up_shutdown_bazel "$root_b"
   for c in "$up_tmp"/cache-*; do
@@ -74,7 +63,7 @@ finish() {
     rm -rf "$up_tmp"
   fi
 }
-trap finish EXIT
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 up_start_bgd "$up_tmp/bgd"
@@ -194,5 +183,4 @@ for lie in corrupt missing; do
     every_action_accounted
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

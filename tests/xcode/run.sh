@@ -25,8 +25,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 BIN="${CLONESTAGE_BIN:-$root/rust/target/release/clonestage}"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-xcode.XXXXXX")"
 tmp="$(cd "$tmp" && pwd -P)"
-passed=0
-failed=0
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/build.sh
+source "$root/tests/lib/build.sh"
 server_pid=""
 B=(bazel "--output_user_root=$tmp/bazel-root")
 
@@ -45,17 +47,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pass() {
-  passed=$((passed + 1))
-  echo "PASS: $1"
-}
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $1"
-  shift
-  for l in "$@"; do echo "      $l"; done
-}
-
 [ -x "$BIN" ] || {
   echo "no clonestage binary at $BIN (cargo build --release --bin clonestage)" >&2
   exit 1
@@ -63,12 +54,7 @@ fail() {
 spawn="${CLONESTAGE_SPAWN:-$root/rust/target/tmp/clonestage-spawn/clonestage-spawn}"
 if [ ! -x "$spawn" ]; then
   spawn="$tmp/clonestage-spawn"
-  srcs=()
-  for f in "$root"/cc/*.cc; do
-    case "$f" in *-darwin.cc) continue ;; esac
-    srcs+=("$f")
-  done
-  "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$spawn" "${srcs[@]}" || {
+  cxx_spawn "$root" "$spawn" || {
     echo "cannot build the spawn wrapper" >&2
     exit 1
   }
@@ -153,5 +139,4 @@ else
     "$(tail -5 "$tmp/other-sdk.log")" "$(grep -E 'SDKROOT' bazel-bin/env.txt 2>/dev/null)"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -3,12 +3,14 @@
 //! launcher behind tools/bazel in `launch/`, what it knows of Bazel in `bazel/`, and where a
 //! user's files go in `dirs`.
 
+mod arg_groups;
 mod bazel;
 mod commands;
 mod dirs;
 mod launch;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use arg_groups::{CodeArgs, Method};
+use clap::{Parser, Subcommand};
 use clonestage_engine::stage::TreeLimits;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -218,41 +220,6 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-}
-
-/// `--preserve-inodes` and `--macho-link-age-ms`, for `stage` and `serve`.
-#[derive(clap::Args)]
-struct CodeArgs {
-    /// macho: Mach-O executables, dylibs and plugins are staged as hardlinks to the cache's
-    /// inode even where clones exist (macOS verifies code per inode: a clone is verified again
-    /// in every action); none: every input is cloned there. `clonestage doctor` says which
-    /// wins on this machine.
-    #[arg(long, env = "CLONESTAGE_PRESERVE_INODES", default_value = "none",
-          value_parser = clonestage_engine::stage::PreserveInodes::parse)]
-    preserve_inodes: clonestage_engine::stage::PreserveInodes,
-    /// How old (milliseconds) a hardlink must be before an action may run through it; younger
-    /// links come only from the pool's ready copies, made ahead (macOS SIGKILLs some execs of
-    /// fresh links) [default: 2000 on macOS, 0 on Linux].
-    #[arg(long, env = "CLONESTAGE_MACHO_LINK_AGE_MS", value_name = "MS")]
-    macho_link_age_ms: Option<u64>,
-}
-
-impl CodeArgs {
-    fn policy(&self) -> clonestage_engine::stage::CodePolicy {
-        let p = clonestage_engine::stage::CodePolicy::new(self.preserve_inodes);
-        match self.macho_link_age_ms {
-            Some(ms) => p.with_min_link_age(std::time::Duration::from_millis(ms)),
-            None => p,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Method {
-    Auto,
-    Clone,
-    Hardlink,
-    Copy,
 }
 
 fn main() -> ExitCode {

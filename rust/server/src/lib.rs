@@ -41,6 +41,7 @@ mod zstd;
 pub use address::{check_same_version, running, RunningServer, VersionMismatch};
 pub use apple_probe::{apple_probe, AppleProbe};
 pub use auth::TOKEN_HEADER;
+pub use bytestream::{UploadGauge, UPLOAD_SESSIONS_PER_CLIENT};
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
 pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};

@@ -14,7 +14,7 @@
 use crate::ac_store::AcStore;
 use crate::action_cache_service::ActionCacheService;
 use crate::auth::{self, TokenCheck};
-use crate::bytestream::ByteStreamService;
+use crate::bytestream::{ByteStreamService, UploadGauge, Uploads};
 use crate::capabilities::{CapabilitiesService, MAX_MESSAGE_SIZE};
 use crate::cas_service::CasService;
 use crate::execution::{spawn, workdir, ExecState, ExecutionService};
@@ -22,7 +22,7 @@ use crate::layout::Layout;
 use crate::listen;
 use crate::rpc_timing::RpcTimingLayer;
 use crate::server_lock::ServerLock;
-use crate::state::State;
+use crate::state::{StagingOptions, State};
 use crate::ServeOptions;
 use anyhow::{Context, Result};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
@@ -58,9 +58,11 @@ pub struct ServerHandle {
     tasks: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
     lock: ServerLock,
     evict: crate::eviction::Limits,
+    /// ByteStream's upload sessions (`ServerHandle::uploads`).
+    uploads: Uploads,
 }
 
-fn routes(state: &Arc<State>, exec: &Arc<ExecState>) -> Routes {
+fn routes(state: &Arc<State>, exec: &Arc<ExecState>, uploads: &Uploads) -> Routes {
     macro_rules! svc {
         ($server:ty, $inner:expr) => {
             <$server>::new($inner)
@@ -83,7 +85,7 @@ fn routes(state: &Arc<State>, exec: &Arc<ExecState>) -> Routes {
         ByteStreamServer<_>,
         ByteStreamService {
             state: state.clone(),
-            uploads: Default::default(),
+            uploads: uploads.clone(),
         }
     ))
     .add_service(svc!(
@@ -169,12 +171,14 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
     let state = Arc::new(State::new(
         cache,
         Arc::new(ac),
-        opts.limits,
         exec.clone(),
         opts.upstream.clone(),
-        opts.pool_copies,
-        shared_dirs,
-        opts.code,
+        StagingOptions {
+            limits: opts.limits,
+            pool_copies: opts.pool_copies,
+            shared: shared_dirs,
+            code: opts.code,
+        },
     )?);
     match &state.upstream {
         Some(up) => {
@@ -207,7 +211,8 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         opts.evict_every.unwrap_or(crate::eviction::DEFAULT_EVERY),
     );
     crate::eviction::start(&state, evict).context("start the eviction thread")?;
-    let routes = routes(&state, &exec);
+    let uploads = Uploads::start();
+    let routes = routes(&state, &exec, &uploads);
     let (stop, stop_rx) = watch::channel(false);
     let unix_server = builder()
         .add_routes(routes.clone())
@@ -240,6 +245,7 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
         tasks,
         lock,
         evict,
+        uploads,
     })
 }
 
@@ -263,6 +269,11 @@ impl ServerHandle {
             .await
             .ok()
             .flatten()
+    }
+
+    /// What ByteStream's upload sessions hold now (tests; see `bytestream::uploads`).
+    pub fn uploads(&self) -> UploadGauge {
+        self.uploads.gauge()
     }
 
     /// Actions accepted and not finished yet.

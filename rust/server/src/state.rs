@@ -32,17 +32,30 @@ pub(crate) struct State {
     pub ledger_flush: Arc<LedgerFlush>,
 }
 
+/// How the server's stager stages roots: `serve`'s tree limits, pool size, shared cache
+/// directories and Mach-O code policy.
+pub struct StagingOptions {
+    pub limits: clonestage_engine::stage::TreeLimits,
+    pub pool_copies: usize,
+    /// Checked patterns; empty turns sharing off.
+    pub shared: Vec<Pattern>,
+    pub code: clonestage_engine::stage::CodePolicy,
+}
+
 impl State {
     pub fn new(
         cache: Arc<Cache>,
         ac: Arc<AcStore>,
-        limits: clonestage_engine::stage::TreeLimits,
         activity: Arc<dyn Activity>,
         upstream: Option<crate::upstream::UpstreamOptions>,
-        pool_copies: usize,
-        shared: Vec<Pattern>,
-        code: clonestage_engine::stage::CodePolicy,
+        staging: StagingOptions,
     ) -> anyhow::Result<State> {
+        let StagingOptions {
+            limits,
+            pool_copies,
+            shared,
+            code,
+        } = staging;
         let mut stager = Stager::new(cache.clone())
             .with_limits(limits)
             .with_code_policy(code);

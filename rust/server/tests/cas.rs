@@ -5,6 +5,7 @@ mod common;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream as bs;
 use clonestage_engine::Digest;
+use common::bytestream::wr;
 use common::*;
 use tonic::Code;
 
@@ -120,15 +121,6 @@ async fn find_missing_batch_update_and_read() {
     s.stop().await;
 }
 
-fn write_req(name: &str, offset: usize, data: &[u8], finish: bool) -> bs::WriteRequest {
-    bs::WriteRequest {
-        resource_name: name.into(),
-        write_offset: offset as i64,
-        finish_write: finish,
-        data: data.to_vec(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytestream_write_resumes_and_reads_ranges() {
     let mut s = TestServer::start().await;
@@ -138,7 +130,7 @@ async fn bytestream_write_resumes_and_reads_ranges() {
     let name = format!("inst/uploads/7d1c0d6a-1/blobs/{}/{}", d.hex(), d.size);
 
     // First attempt: 1 MB, then the stream ends without finish_write.
-    let first = vec![write_req(&name, 0, &blob[..1_000_000], false)];
+    let first = vec![wr(&name, 0, &blob[..1_000_000], false)];
     let err = c.bs.write(tokio_stream::iter(first)).await.unwrap_err();
     assert_eq!(err.code(), Code::Aborted);
     let st =
@@ -150,20 +142,16 @@ async fn bytestream_write_resumes_and_reads_ranges() {
         .into_inner();
     assert_eq!((st.committed_size, st.complete), (1_000_000, false));
 
-    // Resuming at the wrong offset is refused; at the committed size it continues.
+    // Resuming at the wrong offset is ABORTED (a failed sequencer check: the client asks
+    // QueryWriteStatus again) and loses nothing; at the committed size it continues.
     let err =
-        c.bs.write(tokio_stream::iter(vec![write_req(
-            &name,
-            5,
-            &blob[5..10],
-            false,
-        )]))
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
+        c.bs.write(tokio_stream::iter(vec![wr(&name, 5, &blob[5..10], false)]))
+            .await
+            .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted, "{err}");
     let rest = vec![
-        write_req(&name, 1_000_000, &blob[1_000_000..2_000_000], false),
-        write_req("", 2_000_000, &blob[2_000_000..], true),
+        wr(&name, 1_000_000, &blob[1_000_000..2_000_000], false),
+        wr("", 2_000_000, &blob[2_000_000..], true),
     ];
     let r =
         c.bs.write(tokio_stream::iter(rest))
@@ -183,15 +171,10 @@ async fn bytestream_write_resumes_and_reads_ranges() {
     // Writing it again answers at once with the full size.
     let again = format!("uploads/other/blobs/{}/{}", d.hex(), d.size);
     let r =
-        c.bs.write(tokio_stream::iter(vec![write_req(
-            &again,
-            0,
-            &blob[..10],
-            false,
-        )]))
-        .await
-        .unwrap()
-        .into_inner();
+        c.bs.write(tokio_stream::iter(vec![wr(&again, 0, &blob[..10], false)]))
+            .await
+            .unwrap()
+            .into_inner();
     assert_eq!(r.committed_size, d.size as i64);
 
     // Ranged read.
@@ -214,19 +197,15 @@ async fn bytestream_write_resumes_and_reads_ranges() {
     let bad = Digest::of_bytes(b"12345");
     let name = format!("uploads/u2/blobs/{}/5", bad.hex());
     let err =
-        c.bs.write(tokio_stream::iter(vec![write_req(
-            &name, 0, b"54321", true,
-        )]))
-        .await
-        .unwrap_err();
+        c.bs.write(tokio_stream::iter(vec![wr(&name, 0, b"54321", true)]))
+            .await
+            .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     // Too many bytes.
     let err =
-        c.bs.write(tokio_stream::iter(vec![write_req(
-            &name, 0, b"123456", true,
-        )]))
-        .await
-        .unwrap_err();
+        c.bs.write(tokio_stream::iter(vec![wr(&name, 0, b"123456", true)]))
+            .await
+            .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     let err =
         c.bs.read(bs::ReadRequest {

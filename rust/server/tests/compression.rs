@@ -6,6 +6,7 @@ mod common;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream as bs;
 use clonestage_engine::Digest;
+use common::bytestream::*;
 use common::*;
 use ruzstd::encoding::{compress_to_vec, CompressionLevel};
 use std::time::{Duration, Instant};
@@ -22,38 +23,6 @@ fn unzstd(data: &[u8]) -> Vec<u8> {
     let mut dec = ruzstd::decoding::StreamingDecoder::new(data).expect("a zstd frame");
     std::io::Read::read_to_end(&mut dec, &mut out).expect("a valid zstd frame");
     out
-}
-
-fn wr(name: &str, offset: usize, data: &[u8], finish: bool) -> bs::WriteRequest {
-    bs::WriteRequest {
-        resource_name: name.into(),
-        write_offset: offset as i64,
-        finish_write: finish,
-        data: data.to_vec(),
-    }
-}
-
-/// Messages of `chunk` bytes of `data` at compressed offsets from 0, as Bazel's uploader sends
-/// them (the resource name only in the first).
-fn chunks(
-    name: &str,
-    data: &[u8],
-    chunk: usize,
-    from: usize,
-    finish: bool,
-) -> Vec<bs::WriteRequest> {
-    let pieces: Vec<&[u8]> = data[from..].chunks(chunk).collect();
-    let n = pieces.len();
-    let mut off = from;
-    pieces
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let m = wr(if i == 0 { name } else { "" }, off, p, finish && i + 1 == n);
-            off += p.len();
-            m
-        })
-        .collect()
 }
 
 async fn read_all(
@@ -75,44 +44,6 @@ async fn read_all(
         got.extend(m.data);
     }
     Ok(got)
-}
-
-async fn missing(c: &mut Clients, d: &Digest) -> bool {
-    !c.cas
-        .find_missing_blobs(pb::FindMissingBlobsRequest {
-            blob_digests: vec![d.to_proto()],
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .missing_blob_digests
-        .is_empty()
-}
-
-/// Files left in `<cache>/tmp` (abandoned uploads would show up here).
-fn tmp_entries(s: &TestServer) -> Vec<String> {
-    std::fs::read_dir(s.cache().join("tmp"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Compressible but not trivial: text-like lines with a counter.
-fn blob_of(n: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(n + 64);
-    let mut i = 0u64;
-    while v.len() < n {
-        v.extend_from_slice(
-            format!("line {i:08} of a generated Swift-ish source file\n").as_bytes(),
-        );
-        i += 1;
-    }
-    v.truncate(n);
-    v
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,44 +182,65 @@ async fn compressed_write_then_read_compressed_and_plain() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compressed_upload_resumes_at_the_compressed_offset() {
+async fn compressed_upload_resumes_at_an_uncompressed_offset() {
     let mut s = TestServer::start().await;
     let mut c = s.clients().await;
     let blob = blob_of(2_500_000);
     let d = Digest::of_bytes(&blob);
-    let z = zstd(&blob);
-    let name = format!("uploads/3c5e/compressed-blobs/zstd/{}/{}", d.hex(), d.size);
-    // Bazel's Chunker: offsets count compressed bytes from 0; a retry asks QueryWriteStatus and
-    // seeks its (deterministic) compressed stream to the committed size.
-    let cut = z.len() / 2 + 7; // mid-block: the server must keep the partial block
-    let first = chunks(&name, &z[..cut], 16 * 1024, 0, false);
-    let e = c.bs.write(tokio_stream::iter(first)).await.unwrap_err();
+    let name = upload_name("3c5e", &d, true);
+    // A frame with a 128 KiB window: the decoder writes out what lies beyond it as it goes.
+    let z = raw_frame(&blob, 17);
+    let cut = z.len() / 2 + 7; // mid-block
+    let e =
+        c.bs.write(tokio_stream::iter(chunks(
+            &name,
+            &z[..cut],
+            16 * 1024,
+            0,
+            false,
+        )))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::Aborted, "{e}");
-    let st =
-        c.bs.query_write_status(bs::QueryWriteStatusRequest {
-            resource_name: name.clone(),
-        })
+    // The committed size counts uncompressed bytes in the temp file (REAPI: a resumed
+    // compressed write starts at an uncompressed offset), not the compressed bytes sent.
+    let (committed, complete) = query(&mut c, &name).await;
+    assert!(!complete);
+    assert!(
+        committed > 0 && (committed as usize) < cut,
+        "committed {committed} of {cut} compressed bytes sent"
+    );
+    let at = committed as usize;
+    // Resuming anywhere else is ABORTED (the client asks again) and loses nothing.
+    let rest = zstd(&blob[at..]);
+    for wrong in [at - 1, at + 1] {
+        let e =
+            c.bs.write(tokio_stream::iter(vec![wr(
+                &name,
+                wrong,
+                &rest[..100],
+                false,
+            )]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Aborted, "{e}");
+    }
+    assert_eq!(query(&mut c, &name).await, (committed, false));
+    // Bazel's Chunker: a new zstd stream of the blob from the committed offset; the first
+    // write_offset is that offset, later ones add the compressed bytes sent.
+    let r =
+        c.bs.write(tokio_stream::iter(chunks(
+            &name,
+            &rest,
+            16 * 1024,
+            at,
+            true,
+        )))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((st.committed_size, st.complete), (cut as i64, false));
-    // Resuming anywhere else is refused (and loses nothing).
-    let e =
-        c.bs.write(tokio_stream::iter(vec![wr(
-            &name,
-            cut - 1,
-            &z[cut - 1..cut + 10],
-            false,
-        )]))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
-    let r =
-        c.bs.write(tokio_stream::iter(chunks(&name, &z, 16 * 1024, cut, true)))
-            .await
-            .unwrap()
-            .into_inner();
-    assert_eq!(r.committed_size, z.len() as i64);
+    // checkCommittedSize: the offset the stream reached.
+    assert_eq!(r.committed_size, (at + rest.len()) as i64);
     assert_eq!(
         read_all(&mut c, &format!("blobs/{}/{}", d.hex(), d.size), 0, 0)
             .await
@@ -305,11 +257,7 @@ async fn compressed_upload_resumes_at_the_compressed_offset() {
     let blob2 = blob_of(700_000);
     let d2 = Digest::of_bytes(&blob2);
     let z2 = zstd(&blob2);
-    let name2 = format!(
-        "uploads/3c5f/compressed-blobs/zstd/{}/{}",
-        d2.hex(),
-        d2.size
-    );
+    let name2 = upload_name("3c5f", &d2, true);
     let _ =
         c.bs.write(tokio_stream::iter(chunks(
             &name2,

@@ -1,15 +1,15 @@
 #!/bin/bash
 # Checks //gen's outputs from the runfiles (cwd: the workspace's runfiles dir).
 set -eu
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# tests/lib/report.sh, a data dep from @clonestage_tests_lib (tests/e2e/WORKSPACE).
+# shellcheck source=tests/lib/report.sh
+source "${TEST_SRCDIR:-..}/clonestage_tests_lib/report.sh"
 [ "$(cat gen/shout.txt)" = "$(printf 'HELLO FROM A SOURCE FILE, STAGED BY CLONESTAGE.\nHELLO FROM A GENRULE')" ] ||
-  fail "gen/shout.txt: $(cat gen/shout.txt)"
+  die "gen/shout.txt: $(cat gen/shout.txt)"
 [ "$(cat gen/greeting.rot13)" = "Uryyb sebz n fbhepr svyr, fgntrq ol pybarfgntr." ] ||
-  fail "gen/greeting.rot13: $(cat gen/greeting.rot13)"
-[ "$(cat gen/nested/a.txt)" = "hello from a genrule" ] || fail "gen/nested/a.txt"
-[ "$(cat gen/nested/deeper/b.txt)" = b ] || fail "gen/nested/deeper/b.txt"
-[ "$(cat gen/nested/deeper/still/c.txt)" = c ] || fail "gen/nested/deeper/still/c.txt"
-echo "gen outputs ok"
+  die "gen/greeting.rot13: $(cat gen/greeting.rot13)"
+[ "$(cat gen/nested/a.txt)" = "hello from a genrule" ] || die "gen/nested/a.txt"
+[ "$(cat gen/nested/deeper/b.txt)" = b ] || die "gen/nested/deeper/b.txt"
+[ "$(cat gen/nested/deeper/still/c.txt)" = c ] || die "gen/nested/deeper/still/c.txt"
+pass "gen outputs ok"
+finish

@@ -25,6 +25,7 @@ mod outputs;
 mod place;
 mod plan;
 pub mod pool;
+mod request;
 mod shared_map;
 mod staged;
 mod subtree;
@@ -45,6 +46,7 @@ pub use device::{DeviceProfile, FileMethod, MethodPreference};
 pub use limits::TreeLimits;
 pub use links::MAX_HOPS;
 pub use pool::{Discard, Loan, Pool, PoolBounds, POOL_MIN_ENTRIES};
+pub use request::StageRequest;
 pub use shared_map::MAX_PER_PATTERN as SHARED_MAX_PER_PATTERN;
 pub use staged::StagedRoot;
 pub use subtree::{SUBTREE_MIN_SIGHTINGS, SUBTREE_PAYOFF};
@@ -54,8 +56,7 @@ use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::ledger::Ledger;
 use crate::platform::{self, cstr, Dir};
-use crate::shared::SharedDirs;
-use crate::tree::{self, SymlinkPolicy};
+use crate::tree;
 use modes::Modes;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
@@ -63,29 +64,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// What to stage, where.
-#[derive(Debug, Clone, Default)]
-pub struct StageRequest {
-    pub root: Digest,
-    /// Must not exist; its parent must.
-    pub dest: PathBuf,
-    /// Output paths relative to `working_dir` whose parent directories must be writable.
-    pub outputs: Vec<String>,
-    /// The command's working directory relative to the root ("" for the root), resolved
-    /// through the tree's own symlinks (never the host's) into `StagedRoot::working_dir`;
-    /// refused if it leaves the root.
-    pub working_dir: String,
-    pub method: MethodPreference,
-    pub symlinks: SymlinkPolicy,
-    /// Shared cache directories to link into the root where their patterns match
-    /// (`crate::shared`, `shared_map`); None: none.
-    pub shared: Option<Arc<SharedDirs>>,
-    /// Testing (cargo feature `fault-injection`, absent from default builds): fail after
-    /// placing this many files (proves cleanup).
-    #[cfg(feature = "fault-injection")]
-    pub fail_after_files: Option<usize>,
-}
 
 pub struct Stager {
     cache: Arc<Cache>,

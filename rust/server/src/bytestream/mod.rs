@@ -1,19 +1,25 @@
 //! ByteStream: streamed reads of CAS blobs (with offset and limit) and streamed writes into
 //! the CAS, verified against the digest in the resource name before the blob is installed.
-//! Writes resume: see `uploads`. A Write for a blob the CAS already holds answers at once with
-//! the full size (-1 for a compressed upload), as REAPI says, so the client stops sending.
+//! Files: `resource` (names), `write_call` (Write: offsets, resumption, the end of a stream),
+//! `uploads` (the sessions Writes resume from, and their bounds), `memory` (what compressed
+//! uploads' decoders may hold), `invocation` (whom a session counts against). A Write for a blob
+//! the CAS already holds answers at once with the full size (-1 for a compressed upload), as
+//! REAPI says, so the client stops sending.
 //!
 //! zstd `compressed-blobs` (REAPI; Bazel 7+ `--remote_cache_compression`): a compressed Write
-//! is decompressed as it streams in (`crate::zstd`), bounded by the digest's size, and verified like
-//! any other; its offsets and committed sizes count compressed bytes from 0, which is what
-//! Bazel's uploader sends, expects back (`committed_size` == compressed bytes sent, or -1) and
-//! resumes at. A compressed Read is compressed on the fly from `read_offset`, an offset into
+//! is decompressed as it streams in (`crate::zstd`), bounded by the digest's size, and
+//! verified like any other; a resumed one is a new zstd stream from an uncompressed offset
+//! (`write_call`). A compressed Read is compressed on the fly from `read_offset`, an offset into
 //! the uncompressed blob; a `read_limit` on it is INVALID_ARGUMENT, as the spec says.
 
+mod invocation;
+mod memory;
 mod resource;
 mod uploads;
+mod write_call;
 
 pub(crate) use uploads::Uploads;
+pub use uploads::{UploadGauge, SESSIONS_PER_CLIENT as UPLOAD_SESSIONS_PER_CLIENT};
 
 use resource::Encoding;
 
@@ -24,7 +30,6 @@ use bazel_remote_apis::google::bytestream as bs;
 use bs::byte_stream_server::ByteStream;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
-use std::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -204,130 +209,7 @@ impl ByteStream for ByteStreamService {
         &self,
         request: Request<Streaming<bs::WriteRequest>>,
     ) -> Result<Response<bs::WriteResponse>, Status> {
-        let mut stream = request.into_inner();
-        let Some(first) = stream.message().await? else {
-            return Err(Failure::InvalidArgument("Write without any request".into()).into());
-        };
-        let name = first.resource_name.clone();
-        let blob = resource::parse_write(&name)?;
-        let d = blob.digest;
-        let zstd = blob.encoding == Encoding::Zstd;
-        // What a Write of a blob the CAS holds answers (REAPI: -1 for compressed uploads).
-        let already = if zstd { -1 } else { d.size as i64 };
-        let cache = self.state.cache.clone();
-        if cache.contains(&d) {
-            self.uploads.remove(&name);
-            return Ok(Response::new(bs::WriteResponse {
-                committed_size: already,
-            }));
-        }
-        if first.write_offset == 0
-            && first.finish_write
-            && d.size <= INLINE_WRITE
-            && (zstd || first.data.len() as u64 == d.size)
-        {
-            // A small blob in one message (Bazel's Action and Directory uploads): verify and
-            // install it here instead of through an upload session and the blocking pool.
-            self.uploads.remove(&name);
-            let sent = first.data.len();
-            let data = if zstd {
-                zstd::decompress(&first.data, d.size).map_err(|f| in_name(&name, f))?
-            } else {
-                first.data
-            };
-            cache.put_bytes(&data, Some(&d)).map_err(Failure::from)?;
-            return Ok(Response::new(bs::WriteResponse {
-                committed_size: sent as i64,
-            }));
-        }
-        let session = self.uploads.get_or_create(&name);
-        let mut s = session.lock().await;
-        s.last_used = Instant::now();
-        if first.write_offset == 0 {
-            s.clear();
-        } else if first.write_offset as u64 != s.committed() {
-            return Err(Failure::InvalidArgument(format!(
-                "{name}: write_offset {} but {} bytes are committed",
-                first.write_offset,
-                s.committed()
-            ))
-            .into());
-        }
-        if s.upload.is_none() {
-            s.upload = Some(cache.new_upload().map_err(Failure::from)?);
-            s.zstd = zstd.then(|| zstd::Decompressor::new(d.size));
-        }
-        let mut msg = first;
-        loop {
-            if !msg.resource_name.is_empty() && msg.resource_name != name {
-                return Err(Failure::InvalidArgument(format!(
-                    "resource name changed mid-stream from '{name}' to '{}'",
-                    msg.resource_name
-                ))
-                .into());
-            }
-            let committed = s.committed();
-            if msg.write_offset as u64 != committed {
-                return Err(Failure::InvalidArgument(format!(
-                    "{name}: write_offset {} but {committed} bytes are committed",
-                    msg.write_offset
-                ))
-                .into());
-            }
-            let s = &mut *s;
-            let up = s.upload.as_mut().expect("upload created above");
-            let wrote = match s.zstd.as_mut() {
-                Some(z) => z.feed(&msg.data, &mut |out| {
-                    up.write_chunk(out).map_err(Failure::from)
-                }),
-                None if committed + msg.data.len() as u64 > d.size => {
-                    Err(Failure::InvalidArgument(format!(
-                        "more than the {} bytes the digest says",
-                        d.size
-                    )))
-                }
-                None => up.write_chunk(&msg.data).map_err(Failure::from),
-            };
-            if let Err(f) = wrote {
-                // What was received cannot be continued: a retry starts over.
-                s.clear();
-                self.uploads.remove(&name);
-                return Err(in_name(&name, f).into());
-            }
-            s.last_used = Instant::now();
-            if msg.finish_write {
-                break;
-            }
-            match stream.message().await? {
-                Some(m) => msg = m,
-                // The client stopped without finishing: keep the session for a resumed Write.
-                None => {
-                    return Err(Status::aborted(format!(
-                        "{name}: stream ended before finish_write"
-                    )))
-                }
-            }
-        }
-        let up = s.upload.take().expect("upload present");
-        let z = s.zstd.take();
-        drop(s);
-        self.uploads.remove(&name);
-        if let Some(z) = &z {
-            z.finish().map_err(|f| in_name(&name, f))?;
-        }
-        if up.written != d.size {
-            return Err(Failure::InvalidArgument(format!(
-                "{name}: finish_write after {} bytes, the digest says {}",
-                up.written, d.size
-            ))
-            .into());
-        }
-        blocking(move || cache.commit_upload(up, &d).map_err(Failure::from)).await?;
-        // Bazel checks a compressed upload's committed_size against the compressed bytes it
-        // sent; an uncompressed one against the blob's size.
-        Ok(Response::new(bs::WriteResponse {
-            committed_size: z.map_or(d.size, |z| z.consumed()) as i64,
-        }))
+        write_call::write(&self.state, &self.uploads, request).await
     }
 
     async fn query_write_status(
@@ -347,6 +229,9 @@ impl ByteStream for ByteStreamService {
                 complete: true,
             }));
         }
+        // The session's lock is held only while a message is written, never across a wait
+        // for the next one. No session: 0, which makes Bazel start over (a NOT_FOUND, as
+        // google.bytestream allows, would fail its upload: it retries only UNIMPLEMENTED).
         let committed = match self.uploads.get(&name) {
             Some(s) => s.lock().await.committed(),
             None => 0,

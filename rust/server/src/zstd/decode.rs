@@ -1,6 +1,7 @@
 //! The zstd push decoder (`Decompressor`) and `decompress` for a whole buffer: bounded
 //! memory, output capped at the digest's size, several frames and skippable frames accepted
-//! (see `super` for why).
+//! (see `super` for why). A frame's decoder exists only while the frame is decoded, and asks
+//! its `DecoderMemory` for what the frame may hold (`frame_memory`) before it decodes a block.
 
 use crate::failure::Failure;
 use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
@@ -10,6 +11,34 @@ pub(crate) const MAX_WINDOW: u64 = 128 << 20;
 
 /// The largest block the zstd format allows (Block_Maximum_Size).
 const BLOCK_MAX: usize = 128 * 1024;
+
+/// What a frame's decoder holds beside its window of output: ruzstd's ring buffer keeps two
+/// blocks of slack, its block, literals and sequence buffers a block each, and the input held
+/// back (less than a block and a header).
+const FRAME_OVERHEAD: u64 = 6 * BLOCK_MAX as u64;
+
+/// What decoders' memory is charged to (the upload's share of a budget: `bytestream`).
+pub(crate) trait DecoderMemory: Send {
+    /// The decoder is about to hold at most `bytes` (0: it holds nothing any more). An error
+    /// refuses the frame before any of it is decoded.
+    fn hold(&mut self, bytes: u64) -> Result<(), Failure>;
+}
+
+/// The most a frame's decoder holds: its output while within the window (ruzstd gives out
+/// only what lies beyond it until the frame ends), which is never more than the `left`
+/// bytes the digest still allows, plus `FRAME_OVERHEAD`.
+pub(crate) fn frame_memory(window: u64, left: u64) -> u64 {
+    window.min(left) + FRAME_OVERHEAD
+}
+
+/// What the frame at the start of `data` will hold (`frame_memory`), if `data` starts with
+/// a whole zstd frame header; `left` as for `frame_memory`.
+pub(crate) fn first_frame_memory(data: &[u8], left: u64) -> Option<u64> {
+    if data.len() < 5 || u32_le(data) != MAGIC || data.len() < header_len(data[4]) {
+        return None;
+    }
+    Some(frame_memory(window_size(data), left))
+}
 
 const MAGIC: u32 = 0xFD2F_B528;
 const SKIPPABLE_MASK: u32 = 0xFFFF_FFF0;
@@ -25,7 +54,10 @@ enum State {
 }
 
 pub(crate) struct Decompressor {
-    dec: FrameDecoder,
+    /// The current frame's decoder (None between frames: its memory is given back).
+    dec: Option<FrameDecoder>,
+    /// Where the decoders' memory is charged, if anywhere.
+    memory: Option<Box<dyn DecoderMemory>>,
     /// Received bytes not decoded yet: less than one block (with its header) between calls.
     pending: Vec<u8>,
     state: State,
@@ -56,6 +88,18 @@ fn header_len(descriptor: u8) -> usize {
     4 + 1 + usize::from(!single_segment) + dict + fcs
 }
 
+/// The window a frame header declares (RFC 8878 3.1.1.1.2; a single-segment frame's window
+/// is its content size).
+fn window_size(header: &[u8]) -> u64 {
+    let d = header[4];
+    if (d >> 5) & 1 == 1 {
+        return declared_size(header).unwrap_or(0);
+    }
+    let w = header[5];
+    let base = 1u64 << (10 + u32::from(w >> 3));
+    base + (base / 8) * u64::from(w & 7)
+}
+
 /// The frame content size a header declares, if any.
 fn declared_size(header: &[u8]) -> Option<u64> {
     let d = header[4];
@@ -74,10 +118,9 @@ fn declared_size(header: &[u8]) -> Option<u64> {
 impl Decompressor {
     /// A decoder for a blob of `limit` uncompressed bytes.
     pub fn new(limit: u64) -> Decompressor {
-        let mut dec = FrameDecoder::new();
-        dec.set_max_window_size(MAX_WINDOW);
         Decompressor {
-            dec,
+            dec: None,
+            memory: None,
             pending: Vec::new(),
             state: State::Between,
             consumed: 0,
@@ -87,7 +130,16 @@ impl Decompressor {
         }
     }
 
+    /// A decoder whose frames ask `memory` for what they hold (`DecoderMemory`).
+    pub fn with_memory(limit: u64, memory: Box<dyn DecoderMemory>) -> Decompressor {
+        Decompressor {
+            memory: Some(memory),
+            ..Decompressor::new(limit)
+        }
+    }
+
     /// Compressed bytes received so far.
+    #[cfg(test)]
     pub fn consumed(&self) -> u64 {
         self.consumed
     }
@@ -117,6 +169,10 @@ impl Decompressor {
         let mut pos = 0;
         let r = self.decode(&mut pos, out);
         self.pending.drain(..pos);
+        // What stays is less than a block: do not keep a large message's room for it.
+        if self.pending.capacity() > 2 * BLOCK_MAX {
+            self.pending.shrink_to(BLOCK_MAX + 16);
+        }
         r
     }
 
@@ -170,8 +226,17 @@ impl Decompressor {
                         return Err(self.too_big());
                     }
                     let checksum = (header[4] >> 2) & 1 == 1;
-                    let r = catch(|| self.dec.reset(header).map_err(|e| e.to_string()));
+                    let need = frame_memory(window_size(header), self.limit - self.produced);
+                    // A fresh decoder per frame: ruzstd reserves a whole window up front when
+                    // a used one is reset, and none is kept between frames.
+                    let mut dec = FrameDecoder::new();
+                    dec.set_max_window_size(MAX_WINDOW);
+                    let r = catch(|| dec.reset(header).map_err(|e| e.to_string()));
                     r.map_err(|e| self.bad(format!("frame header: {e}")))?;
+                    if let Some(m) = self.memory.as_mut() {
+                        m.hold(need)?;
+                    }
+                    self.dec = Some(dec);
                     *pos += hlen;
                     self.state = State::InFrame { checksum };
                 }
@@ -195,7 +260,9 @@ impl Decompressor {
                         return Ok(());
                     }
                     let block = &self.pending[at..at + need];
-                    let dec = &mut self.dec;
+                    let Some(dec) = self.dec.as_mut() else {
+                        return Err(Failure::Internal("zstd: a block outside a frame".into()));
+                    };
                     let r = catch(|| {
                         let mut src = block;
                         dec.decode_blocks(&mut src, BlockDecodingStrategy::UptoBlocks(1))
@@ -210,12 +277,16 @@ impl Decompressor {
                     *pos += need;
                     self.drain(out)?;
                     if last {
-                        if !self.dec.is_finished() {
+                        if !self.dec.as_ref().is_some_and(|d| d.is_finished()) {
                             return Err(self.bad("the last block did not finish its frame"));
                         }
                         self.drain(out)?;
                         self.frames += 1;
                         self.state = State::Between;
+                        self.dec = None;
+                        if let Some(m) = self.memory.as_mut() {
+                            m.hold(0)?;
+                        }
                     }
                 }
             }
@@ -225,17 +296,29 @@ impl Decompressor {
     /// Hand out what the decoder may release (all of it once the frame is finished; else
     /// what lies beyond the window it must keep).
     fn drain(&mut self, out: &mut dyn FnMut(&[u8]) -> Result<(), Failure>) -> Result<(), Failure> {
-        let n = self.dec.can_collect() as u64;
+        let n = self.dec.as_ref().map_or(0, |d| d.can_collect() as u64);
         if n == 0 {
             return Ok(());
         }
         if n > self.limit - self.produced {
             return Err(self.too_big());
         }
-        if let Some(v) = self.dec.collect() {
-            self.produced += v.len() as u64;
-            out(&v)?;
+        // Straight from the decoder's ring buffer: at the end of a frame that is all of it,
+        // which a copy would hold twice.
+        let mut to = Out {
+            out,
+            sent: 0,
+            failed: None,
+        };
+        let r = match self.dec.as_mut() {
+            Some(d) => d.collect_to_writer(&mut to),
+            None => Ok(0),
+        };
+        self.produced += to.sent;
+        if let Some(f) = to.failed {
+            return Err(f);
         }
+        r.map_err(|e| self.bad(format!("collecting output: {e}")))?;
         Ok(())
     }
 
@@ -251,6 +334,32 @@ impl Decompressor {
             State::Skip(n) => Err(self.bad(format!("ends {n} bytes short of a skippable frame"))),
             State::InFrame { .. } => Err(self.bad("ends inside a frame")),
         }
+    }
+}
+
+/// `out` as the writer ruzstd drains its output into, keeping `out`'s own failure.
+struct Out<'a> {
+    out: &'a mut dyn FnMut(&[u8]) -> Result<(), Failure>,
+    sent: u64,
+    failed: Option<Failure>,
+}
+
+impl std::io::Write for Out<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match (self.out)(buf) {
+            Ok(()) => {
+                self.sent += buf.len() as u64;
+                Ok(buf.len())
+            }
+            Err(f) => {
+                self.failed = Some(f);
+                Err(std::io::Error::other("the output was refused"))
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -3,11 +3,13 @@
 //!
 //! `Decompressor` is a push decoder: compressed bytes arrive in gRPC messages of any size and
 //! are decoded one zstd block at a time (a block regenerates at most 128 KiB), so memory stays
-//! bounded by the frame's window (at most `MAX_WINDOW`, libzstd's default limit) plus one block,
-//! whatever the input. Output that would exceed the digest's size stops decoding at once with
-//! INVALID_ARGUMENT (a zstd bomb costs at most the window's worth of work past the limit). The
-//! decoder state lives in the upload session, so an interrupted Write resumes at the compressed
-//! offset Bazel's uploader seeks to. Several frames back to back and skippable frames are
+//! bounded by the frame's window (at most `MAX_WINDOW`, libzstd's default limit) or the bytes
+//! the digest still allows, whichever is smaller, plus a few blocks, whatever the input; each
+//! frame asks its `DecoderMemory` for that much first (ByteStream charges it to a budget) and
+//! gives it back when it ends. Output that would exceed the digest's size stops decoding at
+//! once with INVALID_ARGUMENT (a zstd bomb costs at most the window's worth of work past the
+//! limit). A decoder belongs to one Write stream: a resumed compressed Write is a new zstd
+//! stream (REAPI; see `bytestream::write_call`). Several frames back to back and skippable frames are
 //! accepted, as the zstd format allows. Frame checksums are not checked: every upload is
 //! verified against its SHA-256 digest after decompression anyway.
 //!
@@ -23,7 +25,9 @@
 mod decode;
 mod encode;
 
-pub(crate) use decode::{decompress, Decompressor};
+#[cfg(test)]
+pub(crate) use decode::frame_memory;
+pub(crate) use decode::{decompress, first_frame_memory, DecoderMemory, Decompressor};
 pub(crate) use encode::{compress, compress_stream};
 
 #[cfg(test)]

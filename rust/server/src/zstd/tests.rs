@@ -174,3 +174,64 @@ fn compress_stream_pieces_and_a_gone_receiver() {
     }
     assert!(compress_stream(Failing, 1024, |_| true).is_err());
 }
+
+/// A frame of raw blocks with a 2^`log` window (no content size).
+fn raw_frame(blob: &[u8], log: u8) -> Vec<u8> {
+    let mut v = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, (log - 10) << 3];
+    let blocks: Vec<&[u8]> = blob.chunks(128 * 1024).collect();
+    for (i, b) in blocks.iter().enumerate() {
+        let h = u32::from(i + 1 == blocks.len()) | ((b.len() as u32) << 3);
+        v.extend_from_slice(&h.to_le_bytes()[..3]);
+        v.extend_from_slice(b);
+    }
+    v
+}
+
+/// Records what a decoder asks for; refuses more than `cap`.
+struct Ledger(std::sync::Arc<std::sync::Mutex<Vec<u64>>>, u64);
+
+impl DecoderMemory for Ledger {
+    fn hold(&mut self, bytes: u64) -> Result<(), Failure> {
+        self.0.lock().unwrap().push(bytes);
+        if bytes > self.1 {
+            return Err(Failure::ResourceExhausted("no room".into()));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn each_frame_asks_for_its_window_or_what_is_left_and_gives_it_back() {
+    let (a, b) = (sample(300_000), sample(50_000));
+    // A 1 MiB window over a 350,000-byte blob; then a skippable frame and a 128 KiB window.
+    let mut z = raw_frame(&a, 20);
+    z.extend([0x50, 0x2a, 0x4d, 0x18, 1, 0, 0, 0, 9]);
+    z.extend(raw_frame(&b, 17));
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut d = Decompressor::with_memory(350_000, Box::new(Ledger(asked.clone(), u64::MAX)));
+    assert_eq!(
+        first_frame_memory(&z, 350_000),
+        Some(frame_memory(1 << 20, 350_000))
+    );
+    assert_eq!(all(&mut d, &z, 5000).unwrap(), [a, b].concat());
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [
+            frame_memory(1 << 20, 350_000),
+            0,
+            frame_memory(128 << 10, 50_000),
+            0
+        ]
+    );
+    // A frame refused its memory is not decoded.
+    let mut d = Decompressor::with_memory(350_000, Box::new(Ledger(asked.clone(), 1000)));
+    let mut out = 0;
+    let e = d
+        .feed(&z, &mut |b| {
+            out += b.len();
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(e, Failure::ResourceExhausted(_)), "{e:?}");
+    assert_eq!(out, 0);
+}

@@ -3,6 +3,7 @@
 //! or built once from ../cc with g++).
 #![allow(dead_code)]
 
+pub mod bytestream;
 pub mod fake_upstream;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
