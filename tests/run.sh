@@ -156,7 +156,7 @@ SUITES=(
     "teamrc|full|a team's .bazelrc (a dead --remote_cache, a --disk_cache, worker-style --strategy lines) through the launcher, without it, standing aside, every command kind"
     "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, x86_64 Linux and arm64 macOS rebuilt to the same bytes"
     "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
-    "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, abandoned and idle uploads, write-through race, two output bases"
+    "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, abandoned and idle uploads, write-through race, two output bases, a lying team cache, answer grace"
 )
 
 usage() {

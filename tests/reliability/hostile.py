@@ -1,8 +1,9 @@
 """hostile.py: part 3 (live half) of the reliability suite: hostile trees, symlink chains and
 paths sent to a running server.
 
-Fixed cases, one per finding of issue 10 that input can trigger (each must be refused with the
-listed gRPC codes, never crash the server, never leave a file outside the action's root), then
+Fixed cases, one per finding of issue 10 that input can trigger, and the output lists REAPI
+forbids (issue 23): each must be refused with the listed gRPC codes, never crash the server,
+never leave a file outside the action's root. Then
 a grammar-based generator for a fixed time: random trees of hostile names (NUL, slash, ".",
 "..", empty, very long), nested directories, symlinks whose targets are built from "..", ".",
 the tree's own symlinks and names, absolute targets, and commands that try to write through
@@ -119,10 +120,10 @@ def check_after(case, started):
 
 
 def execute(case, blobs, root, args, expect=None, timeout_s=30, working_directory=None,
-            output_files=(), output_dirs=(), deadline=60):
+            output_files=(), output_dirs=(), deadline=60, output_paths=None):
     """Upload blobs (bytes), the command and action; Execute; check the outcome."""
     cmd = command(args, output_files=output_files, output_dirs=output_dirs,
-                  working_directory=working_directory)
+                  working_directory=working_directory, output_paths=output_paths)
     act = action(Digest.of(cmd), root, timeout_s=timeout_s, salt=os.urandom(8))
     cl = server.client(timeout=deadline)
     t0 = time.time()
@@ -250,6 +251,22 @@ def case_names():
                 expect=(INVALID_ARGUMENT,))
 
 
+def case_output_lists():
+    """Issue 23, item 4: output lists REAPI forbids clients to send (remote_execution.proto,
+    Command.output_files / output_directories / output_paths)."""
+    root, blobs = tree({"f": b"f"})
+    for name, files, dirs, paths in [
+            ("output_files twice", ["a", "a"], [], None),
+            ("a path as file and directory", ["a"], ["a"], None),
+            ("output_directories twice", [], ["d", "d"], None),
+            ("an output file inside another", ["a", "a/b"], [], None),
+            ("output_paths twice", [], [], ["p", "p"]),
+            ("output_paths twice beside output_files", ["p"], [], ["p", "p"])]:
+        execute(name, blobs, root, ["/bin/sh", "-c", "mkdir -p a d; echo x > p"],
+                output_files=files, output_dirs=dirs, output_paths=paths,
+                expect=(INVALID_ARGUMENT,))
+
+
 def case_missing():
     msg = directory(files=[("f", Digest("ab" * 32, 5), False)])
     execute("missing input blob", [msg], Digest.of(msg), ["/bin/true"],
@@ -337,7 +354,7 @@ if why:
     sys.exit(1)
 
 for c in (case_chain, case_workdir, case_output_escape, case_timeout, case_long_output,
-          case_names, case_missing, case_garbage,
+          case_names, case_output_lists, case_missing, case_garbage,
           # 16,384 files: a bound may accept it (real actions have ~2,000 inputs) or refuse it
           lambda: case_doubling(14, expect=(OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED)),
           lambda: case_deep(5000)):

@@ -11,6 +11,8 @@
 #            name, compressed resumption, a message after finish_write (uploads.py; zstandard)
 #   race     the write-through race, as root and as a non-root owner (race.py; ext4 mount)
 #   two      two Bazel output bases against one server under eviction pressure (bazel_load.py two)
+#   lies     a lying team cache: one case per lie of issue 23 (upstream_lies.py, a fake upstream)
+#   grace    reads right after Execute under --max-size 1 --evict-every 1 (grace.py)
 #
 # Usage: bash tests/reliability/run.sh [PART...]   (default: all, in the order above)
 # Prints "N passed, M failed" last; exit 1 when any part failed.
@@ -18,6 +20,7 @@
 # Environment (CI uses the defaults; raise them by hand for longer runs):
 #   RELIABILITY_KILLS=50 RELIABILITY_BAZEL_KILLS=2 RELIABILITY_FUZZ_SECONDS=45 (per target)
 #   RELIABILITY_HOSTILE_SECONDS=45 RELIABILITY_RACE_ROUNDS=3 RELIABILITY_TWO_SECONDS=150
+#   RELIABILITY_GRACE_ACTIONS=120
 #   RELIABILITY_SEED (one seed for every part), RELIABILITY_KEEP=1 (keep the work dir)
 #   RELIABILITY_EVICT=both|gc|serve: eviction pressure by `serve --max-size --evict-every 1`
 #     (the server's own eviction) and a `clonestage gc` loop beside it (default: both);
@@ -33,7 +36,7 @@ TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
 PY=${RELIABILITY_PY:-$TOOLS/venv/bin/python}
 export RELIABILITY_SEED=${RELIABILITY_SEED:-$(date +%s)}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(kill9 enospc fuzz hostile uploads race two)
+[ ${#parts[@]} -gt 0 ] || parts=(kill9 enospc fuzz hostile uploads race two lies grace)
 
 passed=0
 failed=0
@@ -157,6 +160,16 @@ for part in "${parts[@]}"; do
       mkdir -p "$work/two"
       py bazel_load.py "$cs" "$spawn" "$work/two" "$root" two "${RELIABILITY_TWO_SECONDS:-150}"
       result two $?
+      ;;
+    lies)
+      mkdir -p "$work/lies"
+      py upstream_lies.py "$cs" "$spawn" "$work/lies"
+      result lies $?
+      ;;
+    grace)
+      mkdir -p "$work/grace"
+      py grace.py "$cs" "$spawn" "$work/grace" "${RELIABILITY_GRACE_ACTIONS:-120}"
+      result grace $?
       ;;
     *)
       say "reliability: unknown part $part"

@@ -42,6 +42,10 @@ pub struct Ledger {
     cache: Arc<Cache>,
     store: Arc<dyn EstimateStore>,
     pending: Mutex<Pending>,
+    /// Held for a whole flush, so a flush returns only after every flush begun before it has
+    /// written: the server's last flush at shutdown must not return while a timed flush that
+    /// took the figures is still rewriting stats.json (a reader would see it half written).
+    flushing: Mutex<()>,
     /// Called when the ledger goes from clean to dirty (see `on_change`).
     on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
@@ -53,6 +57,7 @@ impl Ledger {
             cache,
             store,
             pending: Default::default(),
+            flushing: Mutex::new(()),
             on_change: OnceLock::new(),
         }
     }
@@ -111,8 +116,9 @@ impl Ledger {
     }
 
     /// Write what accumulated (see the module doc). Errors are logged, never returned: figures
-    /// must not fail a build. Concurrent flushes each write what they took.
+    /// must not fail a build. Flushes run one at a time (`flushing`).
     pub fn flush(&self) {
+        let _one_at_a_time = self.flushing.lock().unwrap_or_else(|e| e.into_inner());
         // Taken (and marked clean) first: an add after this point calls the hook again.
         let p = std::mem::take(&mut *self.pending.lock().unwrap());
         for root in &p.roots {
@@ -225,5 +231,36 @@ mod tests {
         l.count("late");
         drop(l);
         assert_eq!(stats::load(c.root()).unwrap().extra["late"], 1);
+    }
+
+    #[test]
+    fn a_flush_returns_only_after_a_flush_begun_before_it_has_written() {
+        let (_d, c) = cache();
+        let l = Arc::new(Ledger::new(c.clone(), Arc::new(Saved(Mutex::new(vec![])))));
+        l.count("actions");
+        // stats.json locked by another process's rewrite: the first flush takes the figures
+        // and waits for the lock.
+        let held = crate::platform::open_lock(&c.root().join("stats.json")).unwrap();
+        crate::platform::lock(&held, crate::platform::LockMode::Exclusive).unwrap();
+        let first = std::thread::spawn({
+            let l = l.clone();
+            move || l.flush()
+        });
+        while l.is_dirty() {
+            std::thread::yield_now();
+        }
+        let second = std::thread::spawn({
+            let l = l.clone();
+            move || l.flush()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !second.is_finished(),
+            "the second flush returned while the first had not written what it took"
+        );
+        drop(held);
+        first.join().unwrap();
+        second.join().unwrap();
+        assert_eq!(stats::load(c.root()).unwrap().extra["actions"], 1);
     }
 }

@@ -134,14 +134,57 @@ pub fn update(cache_root: &Path, f: impl FnOnce(&mut Counters)) -> Result<()> {
     Ok(())
 }
 
-/// The persistent counters (zero if none were recorded yet).
+/// The persistent counters (zero if none were recorded yet). Read under a shared flock:
+/// `update` truncates and rewrites the file in place, so a reader without the lock can find
+/// it empty or half written.
 pub fn load(cache_root: &Path) -> Result<Counters> {
     let p = cache_root.join("stats.json");
-    match std::fs::read_to_string(&p) {
-        Ok(t) if !t.trim().is_empty() => serde_json::from_str(&t)
-            .map_err(|e| crate::Error::InvalidArgument(format!("{}: {e}", p.display()))),
-        Ok(_) => Ok(Counters::default()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Counters::default()),
-        Err(e) => Err(crate::Error::io("read", p, e)),
+    let mut file = match std::fs::File::open(&p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Counters::default()),
+        Err(e) => return Err(crate::Error::io("open", p, e)),
+    };
+    platform::lock(&file, platform::LockMode::Shared).ctx("flock", &p)?;
+    let mut t = String::new();
+    file.read_to_string(&mut t).ctx("read", &p)?;
+    if t.trim().is_empty() {
+        return Ok(Counters::default());
+    }
+    serde_json::from_str(&t)
+        .map_err(|e| crate::Error::InvalidArgument(format!("{}: {e}", p.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_never_sees_a_rewrite_in_progress() {
+        let d = tempfile::tempdir().unwrap();
+        record(
+            d.path(),
+            &Counters {
+                stages: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let root = d.path().to_path_buf();
+        let writer = std::thread::spawn(move || {
+            for _ in 0..2000 {
+                update(&root, |c| c.stages += 1).unwrap();
+            }
+        });
+        let mut reads = 0;
+        while !writer.is_finished() {
+            assert!(
+                load(d.path()).unwrap().stages >= 1,
+                "read a half-written stats.json"
+            );
+            reads += 1;
+        }
+        writer.join().unwrap();
+        assert!(reads > 0);
+        assert_eq!(load(d.path()).unwrap().stages, 2001);
     }
 }

@@ -5,7 +5,7 @@
 //! the CAS; an entry that lost a blob to eviction reads as absent (and is removed).
 
 use crate::failure::Failure;
-use bazel_remote_apis::build::bazel::remote::execution::v2::{ActionResult, Tree};
+use bazel_remote_apis::build::bazel::remote::execution::v2::ActionResult;
 use clonestage_engine::{Cache, Digest};
 use prost::Message;
 use std::io::Write;
@@ -85,29 +85,21 @@ impl AcStore {
 
 /// Every blob `r` refers to that the CAS lacks (the first one found), reading output trees.
 pub(crate) fn first_missing_blob(cache: &Cache, r: &ActionResult) -> Option<Digest> {
-    let crate::result_digests::Named {
+    use crate::result_digests::{named, read_tree, tree_files, Named};
+    let Named {
         direct: want,
         trees,
         ..
-    } = crate::result_digests::named(r);
+    } = named(r);
     if let Some(m) = want.iter().find(|d| !cache.contains(d)) {
         return Some(*m);
     }
     for t in trees {
-        let Ok(Some(bytes)) = cache.read(&t) else {
+        let Some(files) = read_tree(cache, &t).and_then(|tree| tree_files(&tree).ok()) else {
             return Some(t);
         };
-        let Ok(tree) = Tree::decode(bytes.as_slice()) else {
-            return Some(t);
-        };
-        for dir in tree.root.iter().chain(tree.children.iter()) {
-            for f in &dir.files {
-                match f.digest.as_ref().map(Digest::from_proto) {
-                    Some(Ok(d)) if cache.contains(&d) => {}
-                    Some(Ok(d)) => return Some(d),
-                    _ => return Some(t),
-                }
-            }
+        if let Some(m) = files.into_iter().find(|d| !cache.contains(d)) {
+            return Some(m);
         }
     }
     None

@@ -1,6 +1,7 @@
 //! ActionCache: GetActionResult serves results from `ac_store` (only those whose blobs are
 //! all present); UpdateActionResult stores results clients computed themselves (Bazel's
-//! `--remote_upload_local_results`), after checking that the blobs they name were uploaded.
+//! `--remote_upload_local_results`), after checking that their output lists are well-formed
+//! (INVALID_ARGUMENT otherwise) and that the blobs they name were uploaded.
 //! Lookups count as `action_cache_hits` / `action_cache_misses` in `clonestage stats`.
 //! With an upstream (`upstream`), a local miss asks it (read-through), and with
 //! `--upstream-write all` an updated result is queued for upload too.
@@ -32,6 +33,8 @@ impl ActionCache for ActionCacheService {
             let state = self.state.clone();
             let r = blocking(move || {
                 let r = state.ac.get(&state.cache, &d)?;
+                // Its blobs held for the client (`answer_grace`); one gone makes it a miss.
+                let r = r.filter(|r| crate::answer_grace::hold(&state.cache, r).is_ok());
                 Ok(r.map(|mut r| {
                     inline_std(&state.cache, &mut r, so, se);
                     r
@@ -46,16 +49,21 @@ impl ActionCache for ActionCacheService {
         self.state.count("action_cache_misses");
         // A local miss asks the team's cache (bounded; nothing with its breaker open).
         if let Some(up) = &self.state.upstream {
-            if let Some(mut r) = up.lookup(&self.state.ac, d).await {
-                if so || se {
-                    let state = self.state.clone();
-                    r = blocking(move || {
-                        inline_std(&state.cache, &mut r, so, se);
-                        Ok(r)
-                    })
-                    .await?;
+            if let Some(r) = up.lookup(&self.state.ac, d).await {
+                let state = self.state.clone();
+                let r = blocking(move || {
+                    Ok(crate::answer_grace::hold(&state.cache, &r)
+                        .is_ok()
+                        .then(|| {
+                            let mut r = r;
+                            inline_std(&state.cache, &mut r, so, se);
+                            r
+                        }))
+                })
+                .await?;
+                if let Some(r) = r {
+                    return Ok(Response::new(r));
                 }
-                return Ok(Response::new(r));
             }
         }
         Err(Status::not_found(format!("no action result for {d}")))
@@ -71,6 +79,10 @@ impl ActionCache for ActionCacheService {
         let Some(mut result) = req.action_result else {
             return Err(Failure::InvalidArgument("action_result missing".into()).into());
         };
+        // Output lists REAPI forbids (a path twice, `..`, absolute) are refused, as Execute
+        // refuses them in a Command (`checks::result_check::check_lists`).
+        crate::checks::result_check::check_lists(&result)
+            .map_err(|why| Failure::InvalidArgument(format!("action_result for {d}: {why}")))?;
         // Inline bytes are not part of a stored result.
         result.stdout_raw.clear();
         result.stderr_raw.clear();

@@ -15,7 +15,16 @@ use tonic::{Request, Response, Status};
 /// bigger blobs through ByteStream. gRPC's usual 4 MiB message limit bounds it.
 pub const MAX_BATCH_TOTAL_SIZE: i64 = 4 * 1024 * 1024 - 64 * 1024;
 
-/// Largest gRPC message the server accepts or sends (batch requests plus framing).
+/// Largest gRPC message the server accepts or sends (batch requests plus framing). A larger
+/// request is refused by tonic before any handler runs, with OUT_OF_RANGE "Error, decoded
+/// message length too large: found N bytes, the limit is: 16777216 bytes" (tonic 0.14
+/// `codec/decode.rs`; the text is not configurable). That code is right for it: REAPI gives
+/// FindMissingBlobs no errors of its own, and Bazel does not retry OUT_OF_RANGE
+/// (`RemoteRetrier.RETRIABLE_GRPC_ERRORS`) where it would retry RESOURCE_EXHAUSTED. Bazel
+/// never sends one that large: it splits FindMissingBlobs at `maxMissingBlobsDigestsPerMessage`,
+/// computed from `RemoteOptions.maxOutboundMessageSize` (1 MiB, not a user flag) in
+/// `GrpcCacheClient.computeMaxMissingBlobsDigestsPerMessage`: about 14,000 SHA-256 digests.
+/// 16 MiB holds about 230,000 (`tests/cas.rs`).
 pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
 pub(crate) struct CapabilitiesService;

@@ -1,10 +1,12 @@
 //! The digests an `ActionResult` names itself (stdout, stderr, output files, each output
 //! directory's Tree and root Directory), and which of them are Trees, whose files it names in
 //! turn. One reading for every user: the action cache's completeness check (`ac_store`), the
-//! upstream's read-through and its uploads.
+//! upstream's read-through and its uploads, and the grace a just-answered result gets
+//! (`answer_grace`).
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
-use clonestage_engine::Digest;
+use clonestage_engine::{Cache, Digest};
+use prost::Message;
 
 /// What one result names, in the order above.
 pub(crate) struct Named {
@@ -44,6 +46,43 @@ pub(crate) fn named(r: &pb::ActionResult) -> Named {
         push(&mut n, d.root_directory_digest.as_ref());
     }
     n
+}
+
+/// The Tree stored under `t`, if it is there and decodes.
+pub(crate) fn read_tree(cache: &Cache, t: &Digest) -> Option<pb::Tree> {
+    let bytes = cache.read(t).ok().flatten()?;
+    pb::Tree::decode(bytes.as_slice()).ok()
+}
+
+/// The file blobs a Tree lists (root and children); Err names a digest that does not parse.
+pub(crate) fn tree_files(t: &pb::Tree) -> Result<Vec<Digest>, String> {
+    let mut out = Vec::new();
+    for dir in t.root.iter().chain(t.children.iter()) {
+        for f in &dir.files {
+            out.push(
+                Digest::from_opt_proto(f.digest.as_ref(), &f.name).map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Every blob `r` names, the files of its output Trees included (read from `cache`; a Tree
+/// that is not there or does not decode adds only itself), sorted, once each, without the
+/// empty blob (which is never stored).
+pub(crate) fn all_blobs(cache: &Cache, r: &pb::ActionResult) -> Vec<Digest> {
+    let Named {
+        mut direct, trees, ..
+    } = named(r);
+    for t in trees {
+        if let Some(tree) = read_tree(cache, &t) {
+            direct.extend(tree_files(&tree).unwrap_or_default());
+        }
+    }
+    direct.retain(|d| !d.is_empty());
+    direct.sort_by_key(|d| (d.hash, d.size));
+    direct.dedup();
+    direct
 }
 
 #[cfg(test)]

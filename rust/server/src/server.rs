@@ -271,6 +271,12 @@ impl ServerHandle {
             .flatten()
     }
 
+    /// End the eviction grace of every result answered so far (`answer_grace`) now, as if its
+    /// minute had passed (for tests of eviction).
+    pub fn end_answer_grace(&self) {
+        self.state.cache.release_holds();
+    }
+
     /// What ByteStream's upload sessions hold now (tests; see `bytestream::uploads`).
     pub fn uploads(&self) -> UploadGauge {
         self.uploads.gauge()

@@ -271,3 +271,55 @@ async fn get_tree_returns_every_directory() {
     assert_eq!(err.code(), Code::NotFound);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_missing_blobs_over_the_message_limit_is_out_of_range_naming_it() {
+    // Issue 23, item 5: a FindMissingBlobs over the 16 MiB a message may carry is refused by
+    // tonic before any handler runs, with OUT_OF_RANGE (which Bazel does not retry:
+    // RemoteRetrier.RETRIABLE_GRPC_ERRORS) and a message naming the limit in bytes. Bazel
+    // never sends one that large: it splits at maxMissingBlobsDigestsPerMessage, about 14,000
+    // SHA-256 digests (1 MiB). docs/reliability.md, "Limits".
+    let mut s = TestServer::start().await;
+    let c = s.clients().await;
+    let mut cas = c
+        .cas
+        .max_encoding_message_size(64 << 20)
+        .max_decoding_message_size(64 << 20);
+    let digests = |n: u32| -> Vec<pb::Digest> {
+        (0..n)
+            .map(|i| Digest::of_bytes(&i.to_le_bytes()).to_proto())
+            .collect()
+    };
+    // 200,000 digests (about 15 MB) fit, and every one is reported missing.
+    let missing = cas
+        .find_missing_blobs(pb::FindMissingBlobsRequest {
+            blob_digests: digests(200_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .missing_blob_digests;
+    assert_eq!(missing.len(), 200_000);
+    // 250,000 (about 18.5 MB) do not.
+    let err = cas
+        .find_missing_blobs(pb::FindMissingBlobsRequest {
+            blob_digests: digests(250_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+    assert!(
+        err.message().contains(&format!(
+            "the limit is: {} bytes",
+            clonestage_server::MAX_MESSAGE_SIZE
+        )),
+        "{}",
+        err.message()
+    );
+    // The server is fine afterwards.
+    let mut c = s.clients().await;
+    c.upload(&[b"after".to_vec()]).await;
+    s.stop().await;
+}

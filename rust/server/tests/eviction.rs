@@ -1,7 +1,8 @@
 //! Issue 10, finding 8: `serve --max-size` keeps the cache bounded. Eviction runs while an
 //! action runs (above the limit) without taking what the action pins; an ActionResult whose
 //! blobs were evicted reads as absent; the background thread brings an idle cache down to
-//! the low watermark (90% of the limit).
+//! the low watermark (90% of the limit); a just-answered result's blobs outlive eviction for a
+//! short grace, so the client can read them (issue 23).
 
 mod common;
 
@@ -86,9 +87,11 @@ async fn eviction_spares_a_running_actions_inputs_and_evicted_results_read_as_ab
     );
     assert!(c.cached_result(action).await.is_ok());
 
-    // Idle now: the next check takes everything, the result's blobs too; the result then
-    // reads as absent rather than pointing at blobs that are gone.
+    // Idle now, and the answered result's grace over (`answer_grace`): the next check takes
+    // everything, the result's blobs too; the result then reads as absent rather than
+    // pointing at blobs that are gone.
     s.idle().await;
+    s.handle().end_answer_grace();
     let r = s
         .handle()
         .evict_now()
@@ -130,5 +133,62 @@ async fn the_background_thread_brings_an_idle_cache_down_to_the_low_watermark() 
     let before = clonestage_engine::cas::cache_bytes(&cache);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(clonestage_engine::cas::cache_bytes(&cache), before);
+    s.stop().await;
+}
+
+/// Read every blob the result of `a_just_answered_*` names (each read fails if it is gone).
+async fn read_all(c: &mut Clients, r: pb::ActionResult) {
+    let out = r.output_files[0].digest.clone().unwrap();
+    assert_eq!(c.read_proto(&out).await, b"made here\n");
+    let tree = c
+        .read_proto(r.output_directories[0].tree_digest.as_ref().unwrap())
+        .await;
+    let tree = <pb::Tree as prost::Message>::decode(tree.as_slice()).unwrap();
+    let f = tree.root.unwrap().files[0].digest.clone().unwrap();
+    assert_eq!(c.read_proto(&f).await, b"in tree\n");
+    c.read_proto(r.stdout_digest.as_ref().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_just_answered_results_blobs_outlive_eviction_for_a_grace() {
+    // Issue 23: under an absurdly small --max-size, an output blob was evicted between the
+    // Execute response and the client's read (19 of 200). A one-byte limit: every check takes
+    // everything it may, here right after each answer, before the client reads.
+    let mut s = start(1, Duration::from_secs(3600)).await;
+    let mut c = s.clients().await;
+    let mut cmd = sh("echo made here > out; mkdir d; echo in tree > d/f");
+    cmd.output_paths = vec!["d".into(), "out".into()];
+    let action = upload_action(&mut c, &cmd, Digest::EMPTY, None, false).await;
+    let (_, resp) = c.execute(action, false).await;
+    s.idle().await;
+    let r = s
+        .handle()
+        .evict_now()
+        .await
+        .expect("over the limit: it evicts");
+    // out, the Tree and d/f (stdout and stderr are empty: never stored).
+    assert!(r.kept_pinned >= 3, "{r:?}");
+    read_all(&mut c, resp.result.unwrap()).await;
+
+    // A cache hit, by GetActionResult and by Execute, starts a new grace.
+    s.handle().end_answer_grace();
+    let hit = c.cached_result(action).await.expect("still cached");
+    s.handle().evict_now().await;
+    read_all(&mut c, hit).await;
+    s.handle().end_answer_grace();
+    // (The Action and Command were evicted: uploaded again, as Bazel would.)
+    upload_action(&mut c, &cmd, Digest::EMPTY, None, false).await;
+    let (_, resp) = c.execute(action, false).await;
+    assert!(resp.cached_result, "{:?}", resp.status);
+    s.handle().evict_now().await;
+    read_all(&mut c, resp.result.unwrap()).await;
+
+    // The grace over, eviction takes them, and the result reads as absent.
+    s.handle().end_answer_grace();
+    s.handle().evict_now().await;
+    assert_eq!(
+        c.cached_result(action).await.unwrap_err().code(),
+        Code::NotFound
+    );
     s.stop().await;
 }

@@ -504,6 +504,66 @@ async fn update_action_result_needs_its_blobs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_action_result_refuses_malformed_output_lists() {
+    // Issue 23, item 4: a result naming a path twice, or a path that is not a normalized
+    // relative one, is INVALID_ARGUMENT, as the same lists in a Command are for Execute
+    // (every blob it names is present, so only the lists can refuse it).
+    let mut s = TestServer::start().await;
+    let mut c = s.clients().await;
+    let d = c.upload(&[b"out".to_vec()]).await[0];
+    let file = |path: &str| pb::OutputFile {
+        path: path.into(),
+        digest: Some(d.to_proto()),
+        ..Default::default()
+    };
+    let files = |paths: &[&str]| pb::ActionResult {
+        output_files: paths.iter().map(|p| file(p)).collect(),
+        ..Default::default()
+    };
+    let tree = c
+        .upload(&[encode(&pb::Tree {
+            root: Some(pb::Directory::default()),
+            children: vec![],
+        })])
+        .await[0];
+    let cases: [(pb::ActionResult, &str); 5] = [
+        (files(&["o", "o"]), "'o' is reported twice"),
+        (
+            pb::ActionResult {
+                output_directories: vec![pb::OutputDirectory {
+                    path: "o".into(),
+                    tree_digest: Some(tree.to_proto()),
+                    ..Default::default()
+                }],
+                ..files(&["o"])
+            },
+            "'o' is reported twice",
+        ),
+        (files(&["../../escape"]), "not allowed"),
+        (files(&["/abs"]), "relative"),
+        (files(&["a//o"]), "empty name"),
+    ];
+    for (i, (result, want)) in cases.into_iter().enumerate() {
+        let action = Digest::of_bytes(format!("malformed {i}").as_bytes());
+        let err =
+            c.ac.update_action_result(pb::UpdateActionResultRequest {
+                action_digest: Some(action.to_proto()),
+                action_result: Some(result),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{want}: {err:?}");
+        assert!(err.message().contains(want), "{want}: {}", err.message());
+        assert_eq!(
+            c.cached_result(action).await.unwrap_err().code(),
+            Code::NotFound
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_execution_follows_an_operation() {
     let mut s = TestServer::start().await;
     let mut c = s.clients().await;

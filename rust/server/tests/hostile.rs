@@ -3,7 +3,8 @@
 //! aborted the whole process, so they live in a test binary of their own), a leftover work dir
 //! too deep for any path, trees whose expanded size doubles per level, symlink chains that
 //! leave the root through the tree's own links, a working directory through a symlink, absurd
-//! timeouts and output paths the filesystem cannot hold. Each is refused with
+//! timeouts, output paths the filesystem cannot hold, and output lists REAPI forbids (a path
+//! twice, as file and directory, or inside another output). Each is refused with
 //! INVALID_ARGUMENT before staging, and nothing is left in the work dir.
 
 mod common;
@@ -309,5 +310,54 @@ async fn absurd_timeouts_and_unholdable_output_paths_are_refused_before_staging(
     );
     s.idle().await;
     assert!(work_entries_after_cleanup(&s.cache()).await.is_empty());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(deprecated)]
+async fn malformed_output_lists_are_refused_before_staging() {
+    // Issue 23, item 4: REAPI forbids clients to send these (remote_execution.proto,
+    // Command.output_files / output_directories / output_paths); run as if fine, a path given
+    // as both file and directory produced a result listing the directory twice.
+    let mut s = TestServer::start().await;
+    let mut c = s.clients().await;
+    let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // (output_files, output_directories, output_paths, what the message must quote)
+    type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], &'a str);
+    let cases: [Case; 8] = [
+        (&["a", "a"], &[], &[], "An output file cannot be duplicated"),
+        (
+            &["a"],
+            &["a"],
+            &[],
+            "same path as any of the listed output directories",
+        ),
+        (
+            &[],
+            &["d", "d"],
+            &[],
+            "An output directory cannot be duplicated",
+        ),
+        (&["a", "a/b"], &[], &[], "parent of another output file"),
+        (&["d/f"], &["d"], &[], "inside output 'd'"),
+        (&[], &["d", "d/e"], &[], "inside output 'd'"),
+        (&[], &[], &["p", "p"], "MUST be deduplicated"),
+        // Bazel 7-9 send the deprecated lists beside output_paths.
+        (&["p"], &[], &["p", "p"], "MUST be deduplicated"),
+    ];
+    for (files, dirs, paths, want) in cases {
+        let mut cmd = sh("mkdir -p d/e p a; echo x > a/b");
+        cmd.output_files = strs(files);
+        cmd.output_directories = strs(dirs);
+        cmd.output_paths = strs(paths);
+        refused(&mut c, &cmd, Digest::EMPTY, want).await;
+        refused(&mut c, &cmd, Digest::EMPTY, "remote_execution.proto").await;
+    }
+    let counters = clonestage_engine::stats::load(&s.cache()).unwrap_or_default();
+    assert_eq!(
+        counters.stages + counters.stage_failures,
+        0,
+        "an action was staged"
+    );
     s.stop().await;
 }

@@ -364,6 +364,8 @@ async fn queued_uploads_pin_their_blobs_against_eviction() {
                     .join(format!("{}-{}", act.hex(), act.size));
             wait_file(&entry).await;
         }
+        // Past the grace every answered result gets (`answer_grace`): only the queue holds it.
+        s.handle().end_answer_grace();
         s.handle().evict_now().await.expect("eviction ran");
         let kept = clonestage_engine::Cache::open(&s.cache())
             .unwrap()

@@ -6,7 +6,8 @@
 //! subtree the root's time. Blobs no root reaches fall back to their inode's ctime: set when
 //! it was installed, and again whenever it gains or loses a hard link (so a blob hardlinked
 //! into a root counts as used then). mtime cannot serve: every blob carries `BLOB_MTIME`.
-//! Roots pinned by live processes, and everything they reach, are never evicted.
+//! Roots pinned by live processes, and everything they reach, are never evicted, nor are the
+//! blobs this process holds (`Cache::hold`).
 
 use super::Cache;
 use crate::digest::Digest;
@@ -61,6 +62,7 @@ impl Cache {
                 pinned.insert(d);
             });
         }
+        pinned.extend(self.pins.held());
 
         // Last use from the access log, newest first so each digest is walked once.
         let log = self.root().join("access.log");

@@ -21,6 +21,12 @@
 //! - Lock order, in every process and thread: `gc.lock` first, then the table's mutex (`pin`
 //!   registers that way; `gc` holds `gc.lock` exclusively while it reads the table).
 //!
+//! Holds: `cache.hold(&digests, until)` keeps exactly those blobs (no tree walk) from this
+//! process's gc until `until`, with no guard to keep: a server's grace for the blobs of a
+//! result it just answered, which the client reads after the response (`answer_grace` in the
+//! server). Holds are registered like pins, under a shared `gc.lock`, but only in memory:
+//! another process's gc (`clonestage gc` by hand) does not see them.
+//!
 //! How: each process owns one file `pins/<pid>-<nanos>`, flock'ed exclusively for its lifetime
 //! and rewritten in place with the digests it pins. `gc` takes `gc.lock` exclusively, and reads
 //! every pin file whose lock it cannot take (a live owner); a file whose lock it can take
@@ -43,6 +49,8 @@ pub(crate) struct PinTable {
 
 struct Inner {
     counts: HashMap<Digest, usize>,
+    /// Blobs held until a moment (`hold`), this process's gc only.
+    holds: HashMap<Digest, std::time::Instant>,
     /// What the pin file lists now (a superset of `counts`' keys).
     listed: std::collections::HashSet<Digest>,
     file: Option<(File, PathBuf)>,
@@ -87,12 +95,25 @@ impl Inner {
     }
 }
 
+impl super::Cache {
+    /// Keep exactly `digests` from this process's eviction until `until` (holds, above).
+    pub fn hold(&self, digests: &[Digest], until: std::time::Instant) -> Result<()> {
+        self.pins.hold(&self.root().join("gc.lock"), digests, until)
+    }
+
+    /// End every hold of this process now.
+    pub fn release_holds(&self) {
+        self.pins.release_holds()
+    }
+}
+
 impl PinTable {
     pub(crate) fn new(dir: PathBuf) -> PinTable {
         PinTable {
             dir,
             inner: Mutex::new(Inner {
                 counts: HashMap::new(),
+                holds: HashMap::new(),
                 listed: Default::default(),
                 file: None,
             }),
@@ -152,6 +173,43 @@ impl PinTable {
         }
         let path = inner.file.as_ref().map(|f| f.1.clone()).unwrap_or_default();
         inner.rewrite().map_err(|e| Error::io("write", path, e))
+    }
+
+    /// Keep `digests` (the blobs themselves, nothing they reach) from this process's gc until
+    /// `until` (a later hold of the same digest extends it). Under a shared `gc.lock`, like
+    /// `pin`: a gc that has not started yet sees the hold; one already running finished first,
+    /// so a blob present after this returns stays until `until`.
+    pub(crate) fn hold(
+        &self,
+        gc_lock: &Path,
+        digests: &[Digest],
+        until: std::time::Instant,
+    ) -> Result<()> {
+        let gc = open_lock(gc_lock).ctx("open", gc_lock)?;
+        lock(&gc, LockMode::Shared).ctx("flock", gc_lock)?;
+        let mut inner = self.inner.lock().unwrap();
+        let now = std::time::Instant::now();
+        inner.holds.retain(|_, t| *t > now);
+        for d in digests {
+            let t = inner.holds.entry(*d).or_insert(until);
+            *t = (*t).max(until);
+        }
+        drop(inner);
+        drop(gc);
+        Ok(())
+    }
+
+    /// Drop every hold now.
+    pub(crate) fn release_holds(&self) {
+        self.inner.lock().unwrap().holds.clear();
+    }
+
+    /// Blobs held now (`hold`). Call with gc.lock held exclusively.
+    pub(crate) fn held(&self) -> Vec<Digest> {
+        let mut inner = self.inner.lock().unwrap();
+        let now = std::time::Instant::now();
+        inner.holds.retain(|_, t| *t > now);
+        inner.holds.keys().copied().collect()
     }
 
     /// Roots pinned by this process and by every other live process. Call with gc.lock held

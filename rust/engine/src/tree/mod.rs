@@ -9,7 +9,8 @@ pub mod walk;
 
 pub use ingest::{ingest_path, ingest_tree, IngestOptions, IngestedTree, MAX_INGEST_DEPTH};
 pub use validate::{
-    check_output_path, validate_directory, validate_name, SymlinkPolicy, NAME_MAX, PATH_MAX,
+    check_output_path, check_symlink_target, validate_directory, validate_name, SymlinkPolicy,
+    NAME_MAX, PATH_MAX,
 };
 
 use crate::cas::Cache;

@@ -135,8 +135,9 @@ pub fn validate_directory(
     Ok(())
 }
 
-/// A symlink at directory depth `depth` (root = 0) with `target`.
-fn check_symlink_target(
+/// A symlink at directory depth `depth` (root = 0) with `target`: what `policy` accepts (used for
+/// the symlinks of a tree to stage, and of a result to store).
+pub fn check_symlink_target(
     target: &str,
     depth: usize,
     policy: SymlinkPolicy,

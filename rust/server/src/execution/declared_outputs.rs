@@ -1,17 +1,19 @@
-//! Declared outputs: which paths a Command asks for, in the form its API version uses, and
-//! collecting them after the action into the CAS and the `ActionResult` (an output
-//! directory's `Tree` is built in memory from the Directory messages its ingest wrote).
+//! Collecting declared outputs after the action (`OutputSpec`, from `output_spec`) into the
+//! CAS and the `ActionResult`, and opening existing output directories before it. An output
+//! directory's `Tree` is built in memory from the Directory messages its ingest wrote.
 //!
-//! - v2.1+ clients (Bazel 7/8) send `output_paths`: each path is reported by what it turned out
-//!   to be, a file, a directory (as a `Tree`) or a symlink in `output_symlinks`.
-//! - v2.0 clients (Bazel 4.2.3) send `output_files` / `output_directories`: symlinks are
-//!   reported in `output_file_symlinks` / `output_directory_symlinks` by how they were
-//!   declared, and never also in `output_symlinks` (Bazel rejects a path reported twice).
+//! - `output_paths` (v2.1+): each path is reported by what it turned out to be, a file, a
+//!   directory (as a `Tree`) or a symlink in `output_symlinks`.
+//! - `output_files` / `output_directories` (v2.0): symlinks are reported in
+//!   `output_file_symlinks` / `output_directory_symlinks` by how they were declared, and never
+//!   also in `output_symlinks` (Bazel rejects a path reported twice).
 //!
 //! Files are moved into the CAS by rename (the work dir is on the cache's filesystem), never
 //! copied. A path whose parent chain contains a symlink is not followed: an action cannot make
-//! the server read or move files outside its work dir. Absent outputs are simply not reported.
+//! the server read or move files outside its work dir. Absent outputs are simply not reported;
+//! whether the result may then be cached is `result_check`'s to say.
 
+use crate::checks::output_spec::{join, Declared, OutputSpec};
 use crate::failure::Failure;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::tree::{self, IngestOptions, IngestedTree};
@@ -21,89 +23,7 @@ use prost::Message;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Declared {
-    /// From `output_paths`: whatever it turns out to be.
-    Any,
-    File,
-    Directory,
-}
-
-#[derive(Debug, Clone, Default)]
-pub(crate) struct OutputSpec {
-    /// Paths relative to the working directory ("" only for a legacy whole-directory output).
-    pub paths: Vec<(String, Declared)>,
-    pub dir_format: i32,
-}
-
-fn join(a: &str, b: &str) -> String {
-    match (a.is_empty(), b.is_empty()) {
-        (true, _) => b.to_string(),
-        (_, true) => a.to_string(),
-        _ => format!("{a}/{b}"),
-    }
-}
-
-fn normalize(p: &str, field: &str) -> Result<String, Failure> {
-    tree::check_output_path(p)
-        .map(|parts| parts.join("/"))
-        .map_err(|e| Failure::InvalidArgument(format!("Command.{field}: {e}")))
-}
-
 impl OutputSpec {
-    #[allow(deprecated)]
-    pub fn from_command(c: &pb::Command) -> Result<OutputSpec, Failure> {
-        let mut paths = Vec::new();
-        if !c.output_paths.is_empty() {
-            for p in &c.output_paths {
-                paths.push((normalize(p, "output_paths")?, Declared::Any));
-            }
-        } else {
-            for p in &c.output_files {
-                paths.push((normalize(p, "output_files")?, Declared::File));
-            }
-            for p in &c.output_directories {
-                let p = if p.is_empty() {
-                    String::new()
-                } else {
-                    normalize(p, "output_directories")?
-                };
-                paths.push((p, Declared::Directory));
-            }
-        }
-        Ok(OutputSpec {
-            paths,
-            dir_format: c.output_directory_format,
-        })
-    }
-
-    /// Refuse an output the filesystem cannot hold once under the work dir (`prefix` bytes in
-    /// front of the root, `wd` within it): PATH_MAX counts the whole path. The working
-    /// directory may resolve to a longer path through a symlink; that is caught, with the
-    /// same message, when the output is collected. (NAME_MAX is checked with each path.)
-    pub fn check_lengths(&self, wd: &str, prefix: usize) -> Result<(), Failure> {
-        for (p, _) in &self.paths {
-            let len = prefix + join(wd, p).len();
-            if len >= tree::PATH_MAX {
-                return Err(Failure::InvalidArgument(format!(
-                    "output path '{}...' would be {len} bytes under the work dir, longer than PATH_MAX allows ({})",
-                    p.chars().take(32).collect::<String>(),
-                    tree::PATH_MAX - 1
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Output paths relative to the input root, for the stager (whose parents it makes writable).
-    pub fn stage_paths(&self, wd: &str) -> Vec<String> {
-        self.paths
-            .iter()
-            .map(|(p, _)| join(wd, p))
-            .filter(|p| !p.is_empty())
-            .collect()
-    }
-
     /// Outputs that already exist as directories in the staged root (an input tree that holds
     /// an empty output directory) become writable, so the action can fill them. Directories are
     /// never shared inodes, so this chmod touches nothing in the cache.
@@ -280,32 +200,6 @@ fn make_dirs_writable(dir: &Path, depth: u32) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    #[allow(deprecated)]
-    fn spec_by_api_version() {
-        let c = pb::Command {
-            output_paths: vec!["out/a".into()],
-            output_files: vec!["ignored".into()],
-            ..Default::default()
-        };
-        let s = OutputSpec::from_command(&c).unwrap();
-        assert_eq!(s.paths, vec![("out/a".to_string(), Declared::Any)]);
-        assert_eq!(s.stage_paths("wd"), vec!["wd/out/a".to_string()]);
-        let c = pb::Command {
-            output_files: vec!["f".into()],
-            output_directories: vec!["d".into(), "".into()],
-            ..Default::default()
-        };
-        let s = OutputSpec::from_command(&c).unwrap();
-        assert_eq!(s.paths.len(), 3);
-        assert_eq!(s.stage_paths(""), vec!["f".to_string(), "d".to_string()]);
-        let bad = pb::Command {
-            output_paths: vec!["../x".into()],
-            ..Default::default()
-        };
-        assert!(OutputSpec::from_command(&bad).is_err());
-    }
 
     #[test]
     fn resolve_refuses_symlinked_parents() {

@@ -17,7 +17,6 @@
 //! crashed on a shared cache directory linked into its root (a compiler's module cache,
 //! `shared_crash`) gets those directories cleared and runs once more.
 
-mod action;
 mod answer;
 pub(crate) mod apple_env;
 mod declared_outputs;

@@ -16,13 +16,13 @@
 //! With a job slot free at once, steps 1 to 3 take one trip to the blocking pool: each trip
 //! costs two thread wake-ups, which a loaded machine makes expensive.
 
-use super::action::{self, Prepared};
 use super::answer;
 use super::exec_state::ExecState;
 use super::metadata::{self, Timeline};
 use super::operations::Op;
 use super::run::{self, Executed};
 use crate::ac_store::inline_std;
+use crate::checks::{self, result_check, Prepared};
 use crate::failure::{blocking, Failure};
 use crate::server_counters;
 use crate::state::State;
@@ -129,7 +129,7 @@ async fn attempt(
     };
     let resp = match ran {
         Ok(ex) => {
-            if cacheable(&prepared, &ex) {
+            if ex.recorded {
                 enqueue_upload(state, digest, &ex.result);
             }
             let Executed {
@@ -205,7 +205,7 @@ async fn check_and_look_up(
     let (so, se) = (req.inline_stdout, req.inline_stderr);
     let rt = tokio::runtime::Handle::current();
     blocking(move || {
-        let p = action::prepare(&state.cache, digest)?;
+        let p = checks::prepare(&state.cache, digest)?;
         let hit = if skip || p.do_not_cache {
             None
         } else {
@@ -218,6 +218,16 @@ async fn check_and_look_up(
                     .and_then(|up| up.lookup_blocking(&rt, &state.ac, digest)),
             }
         };
+        // A stored result is served only while it passes what a new one must (an older
+        // entry, or one Bazel sent with UpdateActionResult, may not): else the action runs.
+        // Its blobs are then held for the client (`answer_grace`); one evicted already makes
+        // it a miss too.
+        let hit = hit.filter(|h| {
+            result_check::check_stored(&state.cache, &p.outputs, &p.working_dir, h)
+                .map_err(|why| tracing::info!(action = %digest, why, "stored result refused; running the action"))
+                .is_ok()
+                && crate::answer_grace::hold(&state.cache, h).is_ok()
+        });
         // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
         if let Some(mut hit) = hit {
             state.count("action_cache_hits");
@@ -244,9 +254,21 @@ async fn take_job_slot(exec: &ExecState, op: &Op) -> Option<OwnedSemaphorePermit
     }
 }
 
-/// Whether a run's result goes into the action cache.
-fn cacheable(p: &Prepared, ex: &Executed) -> bool {
-    ex.stats.exit_code == 0 && !ex.stats.timed_out && ex.tampered == 0 && !p.do_not_cache
+/// Whether a run's result goes into the action cache: it succeeded, on untampered inputs,
+/// the Action allows caching, and it passes `result_check` (what a team cache's result must
+/// pass too): e.g. an action that exits 0 without a mandatory output is answered, not cached.
+fn cacheable(state: &State, p: &Prepared, ex: &Executed) -> bool {
+    if ex.stats.exit_code != 0 || ex.stats.timed_out || ex.tampered > 0 || p.do_not_cache {
+        return false;
+    }
+    match result_check::check_stored(&state.cache, &p.outputs, &p.working_dir, &ex.result) {
+        Ok(()) => true,
+        Err(why) => {
+            tracing::info!(action = %p.digest, why, "result not cached");
+            state.count("results_not_cached");
+            false
+        }
+    }
 }
 
 /// Step 3 (blocking, in a job slot): run the action and record a cacheable result.
@@ -262,7 +284,8 @@ fn run_and_record(
     if !ex.crashed_caches.is_empty() {
         ex = recover(state, exec, p, op, t, ex)?;
     }
-    if cacheable(p, &ex) {
+    ex.recorded = cacheable(state, p, &ex);
+    if ex.recorded {
         if let Err(f) = state.ac.put(&p.digest, &ex.result) {
             tracing::warn!(action = %p.digest, error = %f.message(), "cannot record action result");
         }

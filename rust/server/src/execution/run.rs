@@ -5,7 +5,6 @@
 //! dir is removed on every path out (`WorkDir` drop), the input root unpinned with it; after a
 //! successful run that happens in `Leftovers`, which the caller drops after responding.
 
-use super::action::Prepared;
 use super::exec_state::ExecState;
 use super::janitor::{Janitor, Returned};
 use super::metadata::{self, now, StagingFigures, Timeline};
@@ -13,6 +12,7 @@ use super::operations::ActionControl;
 use super::spawn::{self, SpawnRequest, SpawnStats};
 use super::tmpdir;
 use super::workdir::{WorkDir, STD_STREAMS};
+use crate::checks::Prepared;
 use crate::failure::Failure;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
@@ -34,6 +34,8 @@ pub(crate) struct Executed {
     pub spawn_us: u64,
     /// The work dir and the pinned staged root, to drop off the response's critical path.
     pub leftovers: Leftovers,
+    /// Whether the result went into the action cache (`respond` decides).
+    pub recorded: bool,
     /// Shared cache directories (action-relative paths) the command crashed on
     /// (`shared_crash`): `respond` clears them and runs the action again.
     pub crashed_caches: Vec<String>,
@@ -167,6 +169,13 @@ pub(crate) fn run_action(
     p.outputs.collect(&state.cache, &root, &wd, &mut r)?;
     r.stdout_digest = Some(std_stream(state, &stdout)?.to_proto());
     r.stderr_digest = Some(std_stream(state, &stderr)?.to_proto());
+    // Kept for the client, which reads them after the response (`answer_grace`).
+    crate::answer_grace::hold(&state.cache, &r).map_err(|d| {
+        Failure::Unavailable(format!(
+            "output blob {d} of action {} was evicted before the answer; try again",
+            p.digest
+        ))
+    })?;
     t.upload_done = now();
     let aux = metadata::staging_any(&StagingFigures {
         counters: &staged.counters,
@@ -199,6 +208,7 @@ pub(crate) fn run_action(
         stage_us,
         spawn_us,
         leftovers: Leftovers { staged, work },
+        recorded: false,
         crashed_caches,
     })
 }

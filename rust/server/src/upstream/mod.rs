@@ -1,7 +1,8 @@
 //! A team's REAPI cache behind this server (issue 14, docs/upstream.md): `config` (flags, URL,
 //! auth file), `credentials` (headers, the credential helper), `client` (the channel and the
 //! calls), `breaker` (stop asking a failing upstream for a while), `read_through` (a local
-//! miss asks the upstream; what it names is fetched and verified into the local cache) and
+//! miss asks the upstream; what it names is checked, then fetched and verified into the local
+//! cache by `fetch`) and
 //! `write_behind` (results executed here go upstream from a bounded persistent queue, off the
 //! response's path; `upload` is one upload). `Upstream` ties them and counts into the stager's ledger (the
 //! `upstream_*` counters of `clonestage stats`, absent without `--upstream`).
@@ -10,6 +11,7 @@ mod breaker;
 mod client;
 pub(crate) mod config;
 mod credentials;
+mod fetch;
 mod read_through;
 mod tls;
 mod upload;

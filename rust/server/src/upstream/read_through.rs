@@ -1,27 +1,27 @@
 //! Read-through: a local action-cache miss asks the upstream. A result is stored locally only
-//! once every blob it names (stdout, stderr, output files, output trees and every file in
-//! them) is in the local cache, each fetched blob written through the cache's verified write
-//! (`put_bytes` / `commit_upload` with the expected digest), so bytes that do not match their
-//! digest are never stored. A result naming a blob the upstream does not have, or a blob whose
-//! bytes do not match, is rejected (`upstream_rejected`), not stored, and answered as a miss;
-//! blobs of it already fetched and verified stay (they are correct content, evictable).
-//! Small blobs come by BatchReadBlobs, larger ones by ByteStream.Read. Every lookup, blobs
-//! included, is bounded by twice the timeout; with the breaker open nothing is asked, nor for
-//! an action the upstream did not have in the last `RECENT_MISS`.
+//! once it passed every check a result made here passes (`checks::result_check`: paths,
+//! outputs against the Command's declared ones, Trees, symlink targets, exit code 0; the
+//! Action and Command come from the upstream first when the local cache lacks them) and every
+//! blob it names (stdout, stderr, output files, output trees and every file in them) is in the
+//! local cache, each fetched blob written through the cache's verified write (`put_bytes` /
+//! `commit_upload` with the expected digest), so bytes that do not match their digest are
+//! never stored. A result that fails a check, names a blob the upstream does not have, or a
+//! blob whose bytes do not match, is rejected (`upstream_rejected`), not stored, and answered
+//! as a miss, so the action runs here; blobs of it already fetched and verified stay (they are
+//! correct content, evictable). A result whose Action or Command the upstream lacks cannot be
+//! checked: refused and counted the same, without feeding the breaker. Blobs come through
+//! `fetch`. Every lookup, blobs included, is bounded by twice the timeout; with the breaker
+//! open nothing is asked, nor for an action the upstream did not have, or whose result was
+//! refused, in the last `RECENT_MISS`.
 
+use super::fetch::{fetch, fetch_all, status_text, FetchError};
 use super::Upstream;
 use crate::ac_store::AcStore;
+use crate::checks::{self, result_check};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
-use clonestage_engine::{Cache, Digest};
+use clonestage_engine::Digest;
 use prost::Message;
-use std::sync::Arc;
 use std::time::Instant;
-use tonic::Status;
-
-/// Blobs above this size come by ByteStream; below it, in batches.
-const BATCH_BLOB_MAX: u64 = 1 << 20;
-/// Bytes asked for in one BatchReadBlobs (under the 4 MiB a server commonly allows).
-const BATCH_BYTES: u64 = 3 << 20;
 
 /// How long an upstream miss is remembered: Bazel asks GetActionResult, uploads inputs and
 /// calls Execute, whose lookup would otherwise ask the upstream a second time.
@@ -43,16 +43,6 @@ fn note_miss(up: &Upstream, action: Digest) {
         }
     }
     m.insert(action, Instant::now());
-}
-
-/// Why fetching failed.
-pub(super) enum FetchError {
-    /// The upstream failed (transport, status).
-    Call(String),
-    /// No answer within the bound: a stopped, stalled or overloaded upstream.
-    Stalled(String),
-    /// The upstream lied: a blob it lacks though it named it, or bytes not matching.
-    Lie(String),
 }
 
 pub(super) async fn lookup(
@@ -97,8 +87,16 @@ pub(super) async fn lookup(
         }
         Err(FetchError::Lie(e)) => {
             tracing::warn!(upstream = %up.opts.url, action = %action, error = %e, "rejected the upstream's result");
+            note_miss(up, action);
             up.count("upstream_rejected");
             up.read_failed("a result it could not back", &e);
+            None
+        }
+        Err(FetchError::Unverifiable(e)) => {
+            tracing::info!(upstream = %up.opts.url, action = %action, error = %e, "did not take the upstream's result");
+            up.read_ok();
+            note_miss(up, action);
+            up.count("upstream_rejected");
             None
         }
     }
@@ -138,192 +136,82 @@ async fn find(
     let Some(r) = r else {
         return Ok(None);
     };
+    // What the Command declared decides what the result may hold: its two small blobs come
+    // first (local already when Execute asks), and the result is checked against them before
+    // any of its own blobs is fetched (a lie of 200,000 undeclared files costs nothing).
+    let p = prepared(up, action, deadline).await?;
+    result_check::check_result(&p.outputs, &p.working_dir, &r).map_err(FetchError::Lie)?;
     // Outputs first: a Tree must be here before the files it lists can be known.
-    let crate::result_digests::Named { direct, trees, bad } = crate::result_digests::named(&r);
-    if let Some(e) = bad {
-        return Err(FetchError::Lie(format!(
-            "its result names a bad digest: {e}"
-        )));
-    }
+    let direct = crate::result_digests::named(&r).direct;
     fetch_all(up, &direct, deadline).await?;
     let mut files = Vec::new();
-    for t in trees {
+    for d in &r.output_directories {
+        let Some(t) = d
+            .tree_digest
+            .as_ref()
+            .and_then(|t| Digest::from_proto(t).ok())
+        else {
+            continue;
+        };
         let cache = up.cache.clone();
-        let tree = tokio::task::spawn_blocking(move || cache.read(&t))
-            .await
-            .ok()
-            .and_then(|r| r.ok().flatten())
-            .ok_or_else(|| FetchError::Lie(format!("output tree {t} not readable")))?;
-        let tree = pb::Tree::decode(tree.as_slice())
-            .map_err(|e| FetchError::Lie(format!("output tree {t} is not a Tree: {e}")))?;
-        for dir in tree.root.iter().chain(tree.children.iter()) {
-            for f in &dir.files {
-                match f.digest.as_ref().map(Digest::from_proto) {
-                    Some(Ok(d)) => files.push(d),
-                    _ => {
-                        return Err(FetchError::Lie(format!(
-                            "output tree {t} names a bad digest"
-                        )))
-                    }
-                }
-            }
-        }
+        let tree =
+            tokio::task::spawn_blocking(move || crate::result_digests::read_tree(&cache, &t))
+                .await
+                .ok()
+                .flatten()
+                .ok_or_else(|| {
+                    FetchError::Lie(format!("output tree {t} is not a readable Tree"))
+                })?;
+        result_check::check_tree(&p.working_dir, &d.path, &tree).map_err(FetchError::Lie)?;
+        files.extend(
+            crate::result_digests::tree_files(&tree)
+                .map_err(|e| FetchError::Lie(format!("output tree {t}: {e}")))?,
+        );
     }
     fetch_all(up, &files, deadline).await?;
     Ok(Some(r))
 }
 
-fn status_text(s: &Status) -> String {
-    format!("{:?}: {}", s.code(), s.message())
-}
-
-/// Fetch every one of `want` the local cache lacks; every one must arrive and verify.
-async fn fetch_all(up: &Upstream, want: &[Digest], deadline: Instant) -> Result<(), FetchError> {
-    let (_, absent) = fetch(up, want, deadline).await?;
-    match absent.first() {
-        None => Ok(()),
-        Some(d) => Err(FetchError::Lie(format!(
-            "its result names {d}, which its CAS does not have ({} such blob(s))",
-            absent.len()
-        ))),
-    }
-}
-
-/// Fetch what of `want` the local cache lacks: (how many arrived, which the upstream did not
-/// have). Bytes that do not match are a lie.
-pub(super) async fn fetch(
+/// `action`'s Action and Command, checked as Execute checks them: from the local cache, or
+/// fetched from the upstream (verified). Bazel uploads both with every result it writes
+/// (`UploadManifest.addAction`), and so does this server's write-behind; a result without
+/// them cannot be checked and is refused (`Unverifiable`).
+async fn prepared(
     up: &Upstream,
-    want: &[Digest],
+    action: Digest,
     deadline: Instant,
-) -> Result<(usize, Vec<Digest>), FetchError> {
-    let mut want: Vec<Digest> = want.iter().filter(|d| !d.is_empty()).copied().collect();
-    want.sort_by_key(|d| d.hex());
-    want.dedup();
-    let missing = {
-        let cache = up.cache.clone();
-        tokio::task::spawn_blocking(move || cache.find_missing(want.iter()))
-            .await
-            .map_err(|e| FetchError::Call(format!("worker task failed: {e}")))?
+) -> Result<checks::Prepared, FetchError> {
+    let need = |what: &str, d: Digest, absent: Vec<Digest>| {
+        if absent.is_empty() {
+            Ok(())
+        } else {
+            Err(FetchError::Unverifiable(format!(
+                "the upstream lacks its {what} {d}, so its result cannot be checked"
+            )))
+        }
     };
-    let (small, large): (Vec<Digest>, Vec<Digest>) =
-        missing.into_iter().partition(|d| d.size <= BATCH_BLOB_MAX);
-    let mut fetched = 0;
-    let mut absent = Vec::new();
-    for batch in batches(&small) {
-        let left = remaining(deadline)?;
-        let got = up
-            .client
-            .batch_read(batch, left)
-            .await
-            .map_err(|s| FetchError::Call(status_text(&s)))?;
-        let cache = up.cache.clone();
-        let n_bytes: u64 = got.iter().map(|(_, b)| b.len() as u64).sum();
-        let stored = tokio::task::spawn_blocking(move || store_batch(&cache, got))
-            .await
-            .map_err(|e| FetchError::Call(format!("worker task failed: {e}")))??;
-        for d in batch {
-            if !stored.contains(d) {
-                absent.push(*d);
-            }
-        }
-        fetched += stored.len();
-        up.add("upstream_blobs_fetched", stored.len() as u64);
-        up.add("upstream_bytes_fetched", n_bytes);
-    }
-    for d in large {
-        let left = remaining(deadline)?;
-        match read_large(up, &d, left).await {
-            Ok(()) => {
-                fetched += 1;
-                up.count("upstream_blobs_fetched");
-                up.add("upstream_bytes_fetched", d.size);
-            }
-            Err(FetchError::Call(e)) if e.starts_with("NotFound") => absent.push(d),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((fetched, absent))
-}
-
-fn remaining(deadline: Instant) -> Result<std::time::Duration, FetchError> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| FetchError::Call("deadline passed while fetching blobs".into()))
-}
-
-fn batches(small: &[Digest]) -> Vec<&[Digest]> {
-    let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, d) in small.iter().enumerate() {
-        if i > start && (bytes + d.size > BATCH_BYTES || i - start >= 1000) {
-            out.push(&small[start..i]);
-            (start, bytes) = (i, 0);
-        }
-        bytes += d.size;
-    }
-    if start < small.len() {
-        out.push(&small[start..]);
-    }
-    out
-}
-
-/// Store a batch through the verified write; any blob whose bytes do not match is a lie and
-/// is not stored.
-fn store_batch(cache: &Cache, got: Vec<(Digest, Vec<u8>)>) -> Result<Vec<Digest>, FetchError> {
-    let mut stored = Vec::new();
-    for (d, data) in got {
-        match cache.put_bytes(&data, Some(&d)) {
-            Ok(_) => stored.push(d),
-            Err(e @ clonestage_engine::Error::DigestMismatch { .. }) => {
-                return Err(FetchError::Lie(e.to_string()))
-            }
-            Err(e) => return Err(FetchError::Call(format!("storing blob {d} locally: {e}"))),
-        }
-    }
-    Ok(stored)
-}
-
-async fn read_large(
-    up: &Upstream,
-    d: &Digest,
-    left: std::time::Duration,
-) -> Result<(), FetchError> {
-    let cache: Arc<Cache> = up.cache.clone();
-    let mut upload = cache
-        .new_upload()
-        .map_err(|e| FetchError::Call(format!("temp file for blob {d}: {e}")))?;
-    let mut local_err = None;
-    let r = up
-        .client
-        .read_stream(d, left, |chunk| {
-            if upload.written + chunk.len() as u64 > d.size {
-                return Err(Status::out_of_range("more bytes than the digest's size"));
-            }
-            upload.write_chunk(chunk).map_err(|e| {
-                local_err = Some(e.to_string());
-                Status::internal("local write failed")
-            })
-        })
-        .await;
-    if let Some(e) = local_err {
-        return Err(FetchError::Call(format!("storing blob {d} locally: {e}")));
-    }
-    match r {
-        Ok(()) => {}
-        Err(s) if s.code() == tonic::Code::OutOfRange => {
-            return Err(FetchError::Lie(format!("blob {d}: {}", s.message())))
-        }
-        Err(s) => return Err(FetchError::Call(status_text(&s))),
-    }
-    let d = *d;
-    tokio::task::spawn_blocking(move || cache.commit_upload(upload, &d))
+    let (_, absent) = fetch(up, &[action], deadline).await?;
+    need("Action", action, absent)?;
+    let cache = up.cache.clone();
+    let command = tokio::task::spawn_blocking(move || -> Result<Digest, String> {
+        let bytes = cache
+            .read(&action)
+            .map_err(|e| e.to_string())?
+            .ok_or("the Action left the local cache")?;
+        let a = pb::Action::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+        crate::failure::digest_arg(a.command_digest.as_ref(), "Action.command_digest")
+            .map_err(|f| f.message())
+    })
+    .await
+    .map_err(|e| FetchError::Call(format!("worker task failed: {e}")))?
+    .map_err(|e| FetchError::Unverifiable(format!("its Action {action}: {e}")))?;
+    let (_, absent) = fetch(up, &[command], deadline).await?;
+    need("Command", command, absent)?;
+    let cache = up.cache.clone();
+    tokio::task::spawn_blocking(move || checks::prepare(&cache, action))
         .await
         .map_err(|e| FetchError::Call(format!("worker task failed: {e}")))?
-        .map_err(|e| match e {
-            e @ clonestage_engine::Error::DigestMismatch { .. } => FetchError::Lie(e.to_string()),
-            e => FetchError::Call(format!("storing blob {d} locally: {e}")),
-        })
+        .map_err(|f| FetchError::Unverifiable(format!("its Action or Command: {}", f.message())))
 }
 
 /// Inputs an Execute lacks: fetched (verified), bounded by the lookup deadline. The breaker
@@ -346,7 +234,7 @@ pub(super) async fn fetch_inputs(up: &Upstream, missing: &[Digest]) -> usize {
             up.read_stalled("fetching inputs", &e);
             0
         }
-        Ok(Err(FetchError::Lie(e))) => {
+        Ok(Err(FetchError::Lie(e) | FetchError::Unverifiable(e))) => {
             up.count("upstream_rejected");
             up.read_failed("an input blob that did not match its digest", &e);
             0
@@ -355,26 +243,5 @@ pub(super) async fn fetch_inputs(up: &Upstream, missing: &[Digest]) -> usize {
             up.read_stalled("fetching inputs", "deadline passed");
             0
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_stay_under_the_byte_bound() {
-        let ds: Vec<Digest> = (0..10u8)
-            .map(|i| Digest {
-                size: 1 << 20,
-                ..Digest::of_bytes(&[i])
-            })
-            .collect();
-        let b = batches(&ds);
-        assert!(b
-            .iter()
-            .all(|b| b.iter().map(|d| d.size).sum::<u64>() <= BATCH_BYTES));
-        assert_eq!(b.iter().map(|b| b.len()).sum::<usize>(), 10);
-        assert!(batches(&[]).is_empty());
     }
 }

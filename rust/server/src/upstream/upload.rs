@@ -24,30 +24,28 @@ pub(super) enum UploadError {
     Drop(String),
 }
 
-/// Every blob `r` names, the files of its output trees included (trees read from `cache`).
-pub(super) fn result_blobs(cache: &Cache, r: &pb::ActionResult) -> Vec<Digest> {
-    let named = crate::result_digests::named(r);
-    let mut out: Vec<Digest> = named.direct.into_iter().filter(|d| !d.is_empty()).collect();
-    let trees = named.trees;
-    for t in trees {
-        let Some(tree) = cache
-            .read(&t)
-            .ok()
-            .flatten()
-            .and_then(|b| pb::Tree::decode(b.as_slice()).ok())
-        else {
-            continue;
-        };
-        for dir in tree.root.iter().chain(tree.children.iter()) {
-            for f in &dir.files {
-                if let Some(Ok(d)) = f.digest.as_ref().map(Digest::from_proto) {
-                    if !d.is_empty() {
-                        out.push(d);
-                    }
-                }
-            }
-        }
-    }
+/// What an upload carries besides the result's own blobs: the Action and its Command, which a
+/// reader needs to check the result against (`read_through`), as Bazel's own uploads carry
+/// them (`UploadManifest.addAction`). Those the local cache lacks (a result a client sent
+/// with UpdateActionResult without uploading them) are left out.
+pub(super) fn action_blobs(cache: &Cache, action: &Digest) -> Vec<Digest> {
+    let mut out = Vec::new();
+    let Ok(Some(bytes)) = cache.read(action) else {
+        return out;
+    };
+    out.push(*action);
+    let command = pb::Action::decode(bytes.as_slice())
+        .ok()
+        .and_then(|a| a.command_digest)
+        .and_then(|d| Digest::from_proto(&d).ok());
+    out.extend(command.filter(|c| cache.contains(c)));
+    out
+}
+
+/// Every blob one upload carries: the result's and `action_blobs`.
+pub(super) fn upload_blobs(cache: &Cache, action: &Digest, r: &pb::ActionResult) -> Vec<Digest> {
+    let mut out = crate::result_digests::all_blobs(cache, r);
+    out.extend(action_blobs(cache, action));
     out.sort_by_key(|d| (d.hash, d.size));
     out.dedup();
     out
@@ -66,7 +64,7 @@ pub(super) async fn upload_one(
     let (cache, ac2) = (up.cache.clone(), ac.clone());
     let (result, blobs) = tokio::task::spawn_blocking(move || {
         let r = ac2.get(&cache, &action).ok().flatten()?;
-        let blobs = result_blobs(&cache, &r);
+        let blobs = upload_blobs(&cache, &action, &r);
         Some((r, blobs))
     })
     .await

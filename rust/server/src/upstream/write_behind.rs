@@ -14,7 +14,7 @@
 //!   is dropped (`upstream_upload_dropped`).
 //! - On shutdown the uploader gets a bounded grace; what is left stays queued.
 
-use super::upload::{result_blobs, upload_one, UploadError};
+use super::upload::{upload_blobs, upload_one, UploadError};
 use super::Upstream;
 use crate::ac_store::AcStore;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
@@ -138,7 +138,7 @@ pub(super) fn enqueue(up: &Upstream, action: Digest, result: &pb::ActionResult) 
         }
     }
     // Pinned before the entry is visible: whoever sees it queued sees its blobs kept.
-    let pins = pin_all(&up.cache, &result_blobs(&up.cache, result));
+    let pins = pin_all(&up.cache, &upload_blobs(&up.cache, &action, result));
     let p = q.dir.join(entry_name(&action));
     if let Err(e) = std::fs::write(&p, b"") {
         up.count("upstream_upload_dropped");
@@ -172,7 +172,7 @@ pub(super) fn start(up: Arc<Upstream>, ac: Arc<AcStore>) {
                     .collect();
                 for d in queued {
                     if let Ok(Some(r)) = a.get(&u.cache, &d) {
-                        let pins = pin_all(&u.cache, &result_blobs(&u.cache, &r));
+                        let pins = pin_all(&u.cache, &upload_blobs(&u.cache, &d, &r));
                         u.queue.inner.lock().unwrap().pins.insert(d, pins);
                     }
                 }

@@ -6,7 +6,7 @@
 //! `MAX_TIMEOUT`); missing Action, Command or input blobs are
 //! FAILED_PRECONDITION listing every missing digest, so Bazel uploads them all in one go.
 
-use super::declared_outputs::OutputSpec;
+use super::output_spec::OutputSpec;
 use crate::failure::{digest_arg, Failure};
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::{tree, Cache, Digest};
