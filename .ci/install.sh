@@ -65,14 +65,18 @@ if [ ! -x "$TOOLS/node_modules/.bin/buildifier" ]; then
     mkdir -p "$TOOLS"
     (cd "$TOOLS" && npm install --silent --no-audit --no-fund @bazel/buildifier >/dev/null)
 fi
-# grpcio (and protobuf) in a venv there: the independent REAPI client of tests/transport
-# (>= 1.57: the %-encoded :authority grpc-core sends on a unix socket) and tests/reliability;
+# grpcio in a venv there: the independent REAPI client of tests/transport (>= 1.57: the
+# %-encoded :authority grpc-core sends on a unix socket), tests/reliability and tests/upstream;
+# protobuf (>= 6.31.1: what the generated modules of tests/lib/proto were generated for) and
+# googleapis-common-protos (google.api, google.rpc, google.longrunning) for their messages;
 # zstandard for tests/compression.
-if ! "$TOOLS/venv/bin/python" -c 'import grpc, google.protobuf, zstandard' >/dev/null 2>&1; then
-    log "pip install grpcio protobuf zstandard into $TOOLS/venv"
+if ! "$TOOLS/venv/bin/python" -c 'import grpc, zstandard, google.api.annotations_pb2
+from google.protobuf import runtime_version as v; assert (v.OSS_MAJOR, v.OSS_MINOR) >= (6, 31)' >/dev/null 2>&1; then
+    log "pip install grpcio protobuf googleapis-common-protos zstandard into $TOOLS/venv"
     mkdir -p "$TOOLS"
     [ -x "$TOOLS/venv/bin/pip" ] || python3 -m venv "$TOOLS/venv"
-    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' 'protobuf>=4,<7' 'zstandard>=0.22,<1' >/dev/null
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57,<2' 'protobuf>=6.31.1,<7' \
+        'googleapis-common-protos>=1.63,<2' 'zstandard>=0.22,<1' >/dev/null
 fi
 # BuildGrid 0.4.4, the real REAPI cache tests/upstream starts as clonestage's upstream
 # (issue 14), in its own Python 3.11 venv: Debian 12's python3 is 3.11 (/usr/bin/python3.11,

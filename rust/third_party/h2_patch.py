@@ -21,12 +21,7 @@ clonestage never download it, the [patch] replaces it). The check's cargo step a
 `cargo fetch --locked` on its copy of the workspace first: `metadata --offline` needs every
 platform's packages, and a fresh cargo home has only what a Linux build downloaded.
 
-Why: cargo gets the patched h2 through `[patch.crates-io]` in the checkout's
-.cargo/config.toml. rules_rust's crate_universe cannot take that path: it would render the
-crate at the root module's directory, wrong for every consumer of the module. It drops
-.cargo/config.toml, so MODULE.bazel gives it Cargo.bazel.lock (crates.io's h2) and a
-`crate.annotation` that applies h2-authority.patch to the downloaded crate. This script keeps
-the three in step; rust/third_party/h2/PATCH.md says what the patch changes.
+Why the patch exists and why Bazel needs these two files: rust/third_party/h2/PATCH.md.
 """
 
 import argparse

@@ -16,7 +16,7 @@ client (Bazel 4.2.3, the one installed here, has neither flag):
 
 Then the figures: bytes of message data on the wire and wall time for the blob uploaded and
 downloaded plain vs zstd (level 3 on the client, what Bazel's zstd-jni uses by default), over
-the unix socket. Messages are encoded by hand (a few REAPI fields), as in tests/transport.
+the unix socket. Messages come from the generated REAPI modules (tests/lib/pb.py).
 Prints `compression: ...` lines; exits 1 on any failure.
 """
 
@@ -29,31 +29,13 @@ import grpc
 import zstandard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from wire import decode, f_bytes, f_varint, read_varint  # noqa: E402
+import pb  # noqa: E402
 
 TIMEOUT = 120
 CHUNK = 16 * 1024  # Bazel's Chunker default
-V2 = "/build.bazel.remote.execution.v2."
-BS = "/google.bytestream.ByteStream/"
-SHA256, BLAKE3, ZSTD = 1, 9, 1  # DigestFunction.Value, Compressor.Value
-
-
-def enums(fields, num):
-    """A repeated enum field, packed or not."""
-    out = []
-    for v in fields.get(num, []):
-        if isinstance(v, int):
-            out.append(v)
-        else:
-            i = 0
-            while i < len(v):
-                n, i = read_varint(v, i)
-                out.append(n)
-    return out
-
-
-def digest(blob):
-    return f_bytes(1, hashlib.sha256(blob).hexdigest().encode()) + f_varint(2, len(blob))
+V2, BS = pb.V2, pb.BS
+SHA256, BLAKE3 = pb.re.DigestFunction.SHA256, pb.re.DigestFunction.BLAKE3
+ZSTD = pb.re.Compressor.ZSTD
 
 
 def write(ch, name, data):
@@ -62,23 +44,15 @@ def write(ch, name, data):
     def reqs():
         for off in range(0, max(len(data), 1), CHUNK):
             piece = data[off : off + CHUNK]
-            m = f_bytes(1, name.encode()) if off == 0 else b""
-            m += f_varint(2, off) if off else b""
-            if off + CHUNK >= len(data):
-                m += f_varint(3, 1)
-            yield m + f_bytes(10, piece)
+            yield pb.bs.WriteRequest(
+                resource_name=name if off == 0 else "", write_offset=off, finish_write=off + CHUNK >= len(data), data=piece
+            )
 
-    reply = decode(ch.stream_unary(BS + "Write")(reqs(), timeout=TIMEOUT))
-    committed = reply.get(1, [0])[0]
-    if committed >= 1 << 63:
-        committed -= 1 << 64
-    return committed
+    return pb.call(ch, BS + "Write", reqs(), TIMEOUT).committed_size
 
 
 def read(ch, name):
-    return b"".join(
-        b"".join(decode(m).get(10, [])) for m in ch.unary_stream(BS + "Read")(f_bytes(1, name.encode()), timeout=TIMEOUT)
-    )
+    return b"".join(m.data for m in pb.call(ch, BS + "Read", pb.bs.ReadRequest(resource_name=name), TIMEOUT))
 
 
 def expect_invalid(what, fn):
@@ -108,10 +82,9 @@ def main():
     with grpc.insecure_channel("unix:" + sock, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
 
         def capabilities():
-            caps = decode(ch.unary_unary(V2 + "Capabilities/GetCapabilities")(b"", timeout=TIMEOUT))
-            cache = decode(caps[1][0])
-            execution = decode(caps[2][0])
-            got = (enums(cache, 6), enums(cache, 1), enums(execution, 5))
+            caps = pb.call(ch, V2 + "Capabilities/GetCapabilities", pb.re.GetCapabilitiesRequest(), TIMEOUT)
+            cache, execution = caps.cache_capabilities, caps.execution_capabilities
+            got = (list(cache.supported_compressors), list(cache.digest_functions), list(execution.digest_functions))
             if got != ([ZSTD], [SHA256], [SHA256]):
                 raise AssertionError(f"supported_compressors, digest_functions (cache, exec): {got}")
             return "supported_compressors [ZSTD], digest_functions [SHA256]"
@@ -137,10 +110,8 @@ def main():
             return f"{len(blob)} bytes, {len(z)} up, {len(zback)} down compressed"
 
         def blake3():
-            req = f_bytes(2, digest(b"x")) + f_varint(3, BLAKE3)  # FindMissingBlobsRequest
-            a = expect_invalid(
-                "FindMissingBlobs", lambda: ch.unary_unary(V2 + "ContentAddressableStorage/FindMissingBlobs")(req, timeout=TIMEOUT)
-            )
+            req = pb.re.FindMissingBlobsRequest(blob_digests=[pb.digest(b"x")], digest_function=BLAKE3)
+            a = expect_invalid("FindMissingBlobs", lambda: pb.call(ch, V2 + "ContentAddressableStorage/FindMissingBlobs", req, TIMEOUT))
             h = hashlib.sha256(b"x").hexdigest()
             b = expect_invalid("Read blobs/blake3", lambda: read(ch, f"blobs/blake3/{h}/1"))
             return f"'{a}'; '{b}'"

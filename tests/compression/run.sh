@@ -8,8 +8,8 @@
 # cache and runs client.py over unix:<cache>/server/clonestage.sock: capabilities (ZSTD,
 # SHA256 only), a compressed upload + compressed read + plain read of the same blob (the
 # server's own executable: a realistic build output), BLAKE3 requests refused. Prints
-# `compression: ...` lines, including the figures (bytes on the wire and time, plain vs zstd);
-# exits non-zero on any failure.
+# `compression: ...` lines, including the figures (bytes on the wire and time, plain vs zstd),
+# then PASS/FAIL and "N passed, M failed" (tests/lib/report.sh); exits non-zero on any failure.
 #
 # Needs the venv of .ci/install.sh ($CLONESTAGE_TOOLS/venv with grpcio and zstandard).
 set -euo pipefail
@@ -18,9 +18,8 @@ NAME=compression PY_MODULES="grpc, zstandard"
 # shellcheck source=tests/lib/grpc_server.sh
 . tests/lib/grpc_server.sh
 
-status=0
-echo "compression: machine: $(nproc) cores, $(uname -sm); cache on $(df -T "$cache" | awk 'NR==2{print $2}')"
-"$PY" tests/compression/client.py "$sock" "$BIN" || status=1
-kill -0 "$pid" 2>/dev/null || { echo "compression: the server died" >&2; cat "$tmp/server.log" >&2; status=1; }
-[ $status = 0 ] && echo "compression: ok" || echo "compression: FAILED"
-exit $status
+say "compression: machine: $(nproc) cores, $(uname -sm); cache on $(df -T "$cache" | awk 'NR==2{print $2}')"
+pass_if "compression: client.py (capabilities, zstd upload and reads, BLAKE3 refused; its lines above)" \
+    "$PY" tests/compression/client.py "$sock" "$BIN"
+server_still_up
+finish

@@ -8,7 +8,8 @@
 # the launcher's stderr, the rc file it passed, and the servers on the test's cache (their
 # pid is in <cache>/server/lock). Servers are stopped by pid at the end of each test.
 #
-# Usage: bash tests/launcher/run.sh [TEST...]   (prints "N passed, M failed" last)
+# Usage: bash tests/launcher/run.sh [TEST...]   (PASS or FAIL per test, with what failed, and
+# "N passed, M failed" last: tests/lib/report.sh)
 # Needs: a release build of the helper (cargo build --release --bin clonestage), python3
 # (a stand-in server that will not stop), Linux's /proc (the server's environment).
 
@@ -21,15 +22,12 @@ root="$(cd "$here/../.." && pwd)"
 launcher="${LAUNCHER_UNDER_TEST:-$root/tools/bazel}"
 helper_bin="${HELPER_UNDER_TEST:-$root/rust/target/release/clonestage}"
 stubs="$here/stubs"
-if ! [ -x "$helper_bin" ]; then
-  echo "tests/launcher: no helper at $helper_bin (cargo build --release --bin clonestage)" >&2
-  exit 1
-fi
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+[ -x "$helper_bin" ] || die "setup: the helper" "none at $helper_bin (cargo build --release --bin clonestage)"
 tmproot="$(mktemp -d "${TMPDIR:-/tmp}/launcher-tests.XXXXXX")"
 tmproot="$(cd "$tmproot" && pwd -P)"
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/rust/Cargo.toml" | head -n 1)"
-passed=0
-failed=0
 T=""
 
 # --- fixtures ---------------------------------------------------------------------
@@ -169,20 +167,16 @@ serve_env_is() { # the running server got exactly these CLONESTAGE_UPSTREAM* var
 run_test() {
   local name="$1"
   FAILS=()
+  declare -F "$name" >/dev/null || { fail "$name" "no such test in cases.sh or upstream_tests.sh"; return; }
   setup
   "$name"
   stop_servers
   if [ "${#FAILS[@]}" -eq 0 ]; then
-    passed=$((passed + 1))
-    echo "PASS $name"
+    pass "$name"
   else
-    failed=$((failed + 1))
-    echo "FAIL $name"
-    local f
-    for f in "${FAILS[@]}"; do echo "    - $f"; done
-    echo "    stderr: $ERR" | head -20
-    [ -f "$T/bazel-args" ] && sed 's/^/    bazel arg: /' "$T/bazel-args"
-    [ -f "$T/cache/launcher/serve.log" ] && tail -n 5 "$T/cache/launcher/serve.log" | sed 's/^/    serve.log: /'
+    # What failed, then what the launcher said, what Bazel got and the server's last words.
+    fail "$name" "${FAILS[@]/#/- }" "stderr:" "$(printf '%s\n' "$ERR" | head -n 20 | sed 's/^/      | /')" \
+      "bazel args:" "$(tail_of "$T/bazel-args" 40)" "serve.log:" "$(tail_of "$T/cache/launcher/serve.log" 5)"
   fi
 }
 
@@ -240,5 +234,4 @@ if [ $# -gt 0 ]; then tests=("$@"); fi
 for t in "${tests[@]}"; do
   run_test "$t"
 done
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

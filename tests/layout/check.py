@@ -17,9 +17,9 @@ Rules (issue 13, "one redesign step for the next reader"):
    loop. The same holds one level up, between a crate's top-level modules
    (`state` -> `execution` -> `state` is a loop even when it runs through
    different files of `execution/`) in the crates of TOP_LEVEL_ACYCLIC (the
-   server, as issue 13 asks). Not in the engine, where the cache and the tree
-   format need each other by nature: Directories are stored in the cache, and
-   the cache's gc walks them.
+   server, as issue 13 asks, and the engine, issue 27). `super::super::x`
+   climbs two levels, `crate::{a, b::c}` names both, and `crate::Name`
+   re-exported by the crate root (`pub use m::Name`) is an import of `m`.
 2. no non-test source file over 400 lines unless its `//!` header says why,
    with a line starting `//! Long because` (tests, `tests.rs`, `tests_*.rs`,
    `tests/` and benches are exempt).
@@ -33,8 +33,16 @@ Rules (issue 13, "one redesign step for the next reader"):
    `run` (the crate's entry point, if any): three `run()`s in one request's
    path were a reader's guess which one is meant.
 6. in the server, the shared state imports no service, no service imports
-   another (the advertised limits of `capabilities` excepted), and nothing
-   borrows from `address` or `stop`, the CLI's client side.
+   another (the advertised limits of `capabilities` excepted), the serving
+   code does not import `client` (the CLI's side: address, status, stop), and
+   `client` imports no service, nor the shared state or the server's start:
+   it reads the files the server writes, beside it, never inside it.
+7. in the engine, every top-level module sits in one layer of ENGINE_LAYERS
+   and imports only from the layers below its own (issue 27): the cache at
+   the bottom knows nothing of trees, stages or the pool; what needs them all
+   (gc's reachability and eviction order) is the top layer. A top-level
+   module the list does not place is a problem too, so a new one is placed
+   on purpose.
 """
 
 import os
@@ -44,10 +52,23 @@ import tomllib
 
 MAX_LINES = 400
 CONVENTIONAL = {"mod.rs", "lib.rs", "main.rs", "tests.rs", "linux.rs", "macos.rs", "build.rs"}
-TOP_LEVEL_ACYCLIC = {"clonestage-server"}
+TOP_LEVEL_ACYCLIC = {"clonestage-server", "clonestage-engine"}
+# The engine's layers, bottom first (rule 7); docs/design/engine.md draws them.
+ENGINE_LAYERS = [
+    {"digest", "platform"},
+    {"error"},
+    {"macho", "remove", "stats"},
+    {"cas"},
+    {"tree"},
+    {"ledger", "shared"},
+    {"stage"},
+    {"gc"},
+]
 SERVER_SERVICES = {"capabilities", "cas_service", "bytestream", "action_cache_service", "execution"}
-SERVER_CLIENT_SIDE = {"address", "stop"}
-PATH_RE = re.compile(r"\b(crate|super)((?:::[a-z_][a-z0-9_]*)+)")
+SERVER_CLIENT_SIDE = "client"
+# What the client side must not reach: the serving state and the server's start.
+SERVER_SERVING_CORE = SERVER_SERVICES | {"state", "server"}
+PATH_RE = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
 def is_test_file(rel):
@@ -97,17 +118,53 @@ def cfg_test_blocks_removed(text):
     return "".join(out)
 
 
-def imports(mod, text, modules):
+def root_reexports(text):
+    """Names the crate root re-exports (`pub use m::{A, b::C}`) -> module `m`."""
+    out = {}
+    for m in re.finditer(r"\bpub\s+use\s+([a-z_][a-z0-9_]*)::([^;]*);", text):
+        for name in re.findall(r"\b(?:as\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*(?=[,}]|$)", m.group(2)):
+            out[name] = m.group(1)
+    return out
+
+
+GROUP_RE = re.compile(r"\b((?:crate|super)(?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{")
+
+
+def expand_groups(text):
+    """`crate::{a, b::{C, d}}` -> `crate::a, crate::b::C, crate::b::d`, so each is a path."""
+    while m := GROUP_RE.search(text):
+        depth, j, items, start = 1, m.end(), [], m.end()
+        while j < len(text) and depth:
+            c = text[j]
+            if c in "{}":
+                depth += 1 if c == "{" else -1
+            if (c == "," and depth == 1) or depth == 0:
+                items.append(text[start:j].strip())
+                start = j + 1
+            j += 1
+        paths = ", ".join(f"{m.group(1)}::{i}" for i in items if i and i != "self")
+        if "self" in items:
+            paths = ", ".join(p for p in (m.group(1), paths) if p)
+        text = text[:m.start()] + paths + text[j:]
+    return text
+
+
+def imports(mod, text, modules, reexports=None):
     """Modules (files) this file names, resolved to the longest existing prefix."""
     found = set()
-    for m in PATH_RE.finditer(text):
+    for m in PATH_RE.finditer(expand_groups(text)):
         segs = [s for s in m.group(2).split("::") if s]
         if m.group(1) == "crate":
             base = []
+            if segs and segs[0] in (reexports or {}):
+                segs = [reexports[segs[0]]] + segs[1:]
         else:
             # `super` in a mod.rs/lib.rs file is its parent module; in a leaf file
-            # the parent too (the leaf is the module itself).
+            # the parent too (the leaf is the module itself). Each further `super`
+            # climbs one more level.
             base = list(mod[:-1])
+            while segs and segs[0] == "super":
+                base, segs = base[:-1], segs[1:]
         path = tuple(base + segs)
         for k in range(len(path), -1, -1):
             if path[:k] in modules:
@@ -163,6 +220,11 @@ def check_crate(crate_dir, name, names_seen):
     edges = {}
     by_name = {}
     runs = []
+    root = next((f for f in ("lib.rs", "main.rs") if f in files), None)
+    reexports = {}
+    if root:
+        with open(os.path.join(crate_dir, "src", root), encoding="utf-8") as fh:
+            reexports = root_reexports(strip_comments(fh.read()))
     for rel in files:
         path = os.path.join(crate_dir, "src", rel)
         with open(path, encoding="utf-8") as fh:
@@ -185,7 +247,7 @@ def check_crate(crate_dir, name, names_seen):
             code = cfg_test_blocks_removed(strip_comments(text))
             if re.search(r"\bfn\s+run\s*[<(]", code):
                 runs.append(f"src/{rel}")
-            edges[mod] = imports(mod, code, modules)
+            edges[mod] = imports(mod, code, modules, reexports)
     for base, rels in sorted(by_name.items()):
         if len(rels) > 1:
             problems.append(f"{name}: {len(rels)} files named {base}: " + ", ".join(f"src/{r}" for r in rels))
@@ -201,15 +263,18 @@ def check_crate(crate_dir, name, names_seen):
     if name == "clonestage-server":
         for v, ws in sorted(edges.items()):
             for w in sorted(ws):
-                a, b = (v[0] if v else ""), w[0]
-                if a == b or not a:
+                a, b = (v[0] if v else ""), (w[0] if w else "")
+                if a == b or not a or not b:
                     continue
                 if (
                     (a == "state" and b in SERVER_SERVICES)
                     or (a in SERVER_SERVICES and b in SERVER_SERVICES and b != "capabilities")
-                    or (b in SERVER_CLIENT_SIDE and a not in SERVER_CLIENT_SIDE)
+                    or b == SERVER_CLIENT_SIDE
+                    or (a == SERVER_CLIENT_SIDE and b in SERVER_SERVING_CORE)
                 ):
                     problems.append(f"{name}: src/{modfile[v]} reaches into {'::'.join(w)}")
+    if name == "clonestage-engine":
+        problems += layer_problems(name, edges, modfile, ENGINE_LAYERS)
     top = {}
     if name not in TOP_LEVEL_ACYCLIC:
         return problems
@@ -224,6 +289,25 @@ def check_crate(crate_dir, name, names_seen):
                 files_ = sorted(f"src/{modfile[a]}" for a in edges if a and a[0] == v and any(b and b[0] == w for b in edges[a]))
                 ties.append(f"{v} -> {w} ({', '.join(files_)})")
         problems.append(f"{name}: import cycle among top-level modules {', '.join(comp)}: " + "; ".join(ties))
+    return problems
+
+
+def layer_problems(name, edges, modfile, layers):
+    """Rule 7: each top-level module in one layer, importing only from lower ones."""
+    problems = []
+    layer_of = {m: i for i, layer in enumerate(layers) for m in layer}
+    for top in sorted({v[0] for v in edges if v}):
+        if top not in layer_of:
+            problems.append(f"{name}: top-level module {top} is in no layer of the crate's layer order")
+    for v, ws in sorted(edges.items()):
+        a = v[0] if v else ""
+        for w in sorted(ws):
+            b = w[0] if w else ""
+            if not a or not b or a == b or a not in layer_of or b not in layer_of:
+                continue
+            if layer_of[b] >= layer_of[a]:
+                where = "a higher layer" if layer_of[b] > layer_of[a] else "its own layer"
+                problems.append(f"{name}: src/{modfile[v]} imports {'::'.join(w)}, from {where} ({a} may import only from below)")
     return problems
 
 

@@ -56,18 +56,59 @@ class LayoutCheck(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("import cycle among 2 modules: src/digest.rs -> src/error.rs", out)
 
-    def test_top_level_cycle_fails_in_the_server_only(self):
+    def test_top_level_cycle_fails_in_the_server_and_the_engine_only(self):
         files = {
             "lib.rs": DOC,
             "state.rs": DOC + "use crate::bytestream::uploads::Uploads;\n",
             "bytestream/mod.rs": DOC + "mod uploads;\nuse crate::state::State;\n",
             "bytestream/uploads.rs": DOC + "pub struct Uploads;\n",
         }
-        code, out = run({"a": ("clonestage-server", files)})
-        self.assertEqual(code, 1)
-        self.assertIn("top-level modules bytestream, state", out)
-        code, out = run({"a": ("clonestage-engine", files)})
+        for crate in ("clonestage-server", "clonestage-engine"):
+            code, out = run({"a": (crate, files)})
+            self.assertEqual(code, 1)
+            self.assertIn("top-level modules bytestream, state", out)
+        code, out = run({"a": ("x", files)})
         self.assertEqual(code, 0, out)
+
+    ENGINE = {
+        "lib.rs": DOC + "pub use stage::Stager;\n",
+        "digest.rs": DOC, "error.rs": DOC + "use crate::digest::Digest;\n",
+        "cas/mod.rs": DOC + "mod pins;\nuse crate::error::Error;\n",
+        "cas/pins.rs": DOC + "use super::Cache;\n",
+        "tree/mod.rs": DOC + "use crate::cas::Cache;\n",
+        "stage/mod.rs": DOC + "mod pool;\nuse crate::tree::walk;\n",
+        "stage/pool.rs": DOC + "use super::super::cas::Cache;\n",
+        "gc/mod.rs": DOC + "use crate::{cas, tree};\nuse crate::stage::pool::Pool;\n",
+    }
+
+    def test_engine_layers_pass_when_every_import_runs_down(self):
+        code, out = run({"a": ("clonestage-engine", self.ENGINE)})
+        self.assertEqual(code, 0, out)
+
+    def test_engine_import_from_a_higher_layer_fails(self):
+        for rel, back, want in [
+            ("cas/pins.rs", "use crate::tree::walk;\n", "src/cas/pins.rs imports tree, from a higher layer"),
+            ("cas/pins.rs", "use crate::{digest, tree::{self, walk}};\n", "src/cas/pins.rs imports tree, from a higher layer"),
+            # Through the crate root's re-export, and two levels up by `super::super`.
+            ("cas/pins.rs", "fn f(_: crate::Stager) {}\n", "src/cas/pins.rs imports stage, from a higher layer"),
+            ("stage/pool.rs", "use super::super::gc::collect;\n", "src/stage/pool.rs imports gc, from a higher layer"),
+            ("digest.rs", "use crate::error::Error;\n", "src/digest.rs imports error, from a higher layer"),
+        ]:
+            files = dict(self.ENGINE)
+            files[rel] += back
+            code, out = run({"a": ("clonestage-engine", files)})
+            self.assertEqual(code, 1, rel + back)
+            self.assertIn(want, out)
+
+    def test_engine_import_within_a_layer_and_unplaced_modules_fail(self):
+        files = dict(self.ENGINE)
+        files["digest.rs"] += "use crate::platform::Dir;\n"
+        files["platform/mod.rs"] = DOC
+        files["helpers.rs"] = DOC
+        code, out = run({"a": ("clonestage-engine", files)})
+        self.assertEqual(code, 1)
+        self.assertIn("src/digest.rs imports platform, from its own layer", out)
+        self.assertIn("top-level module helpers is in no layer", out)
 
     def test_cfg_test_blocks_and_comments_are_not_imports(self):
         code, out = run({"a": ("x", {
@@ -105,15 +146,20 @@ class LayoutCheck(unittest.TestCase):
         code, out = run({"a": ("clonestage-server", {
             "lib.rs": DOC,
             "state.rs": DOC + "use crate::execution::prespawn::Pool;\n",
-            "execution/mod.rs": DOC + "mod prespawn;\nuse crate::address::tcp_port_text;\nuse crate::capabilities::MAX;\n",
+            "execution/mod.rs": DOC + "mod prespawn;\nuse crate::client::running;\nuse crate::capabilities::MAX;\n",
             "execution/prespawn.rs": DOC,
             "cas_service.rs": DOC + "use crate::bytestream::zstd;\n",
             "bytestream/mod.rs": DOC + "pub mod zstd;\n", "bytestream/zstd.rs": DOC,
-            "address.rs": DOC, "capabilities.rs": DOC,
+            "client/mod.rs": DOC + "mod running;\npub use running::running;\n",
+            "client/running.rs": DOC + "use crate::layout::Layout;\nuse crate::state::State;\n",
+            "layout.rs": DOC, "capabilities.rs": DOC,
         })})
         self.assertEqual(code, 1)
         self.assertIn("src/state.rs reaches into execution::prespawn", out)
-        self.assertIn("src/execution/mod.rs reaches into address", out)
+        self.assertIn("src/execution/mod.rs reaches into client", out)
+        self.assertIn("src/client/running.rs reaches into state", out)
+        self.assertNotIn("reaches into layout", out)
+        self.assertNotIn("src/client/mod.rs", out)
         self.assertIn("src/cas_service.rs reaches into bytestream::zstd", out)
         self.assertNotIn("capabilities", out)
 

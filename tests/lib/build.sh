@@ -6,8 +6,9 @@
 #                cargo keeps the hooked build beside it, so this swaps it back without a compile)
 #   need_spawn:  rust/target/release/clonestage-spawn, built by Bazel 4.2.3 (//:spawn) and put
 #                beside the helper by rename (a running server keeps the inode it has)
-#   cxx_spawn ROOT OUT: the Linux spawn wrapper built from ROOT/cc with the system C++ compiler
-#                ($CXX, else g++), the Darwin files left out, for suites run without Bazel
+#   cxx_spawn ROOT OUT [PREFIX...]: the Linux spawn wrapper built from ROOT/cc with the system
+#                C++ compiler ($CXX, else g++), the Darwin files left out, for suites run without
+#                Bazel; PREFIX... runs the compiler (tests/secrets passes `nice`)
 # Run from the repository root.
 
 need_helper() {
@@ -29,8 +30,9 @@ need_spawn() {
 
 cxx_spawn() {
     local root=$1 out=$2 f srcs=()
+    shift 2
     for f in "$root"/cc/*.cc; do
         case "$f" in *-darwin.cc) ;; *) srcs+=("$f") ;; esac
     done
-    "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$out" "${srcs[@]}"
+    "$@" "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$out" "${srcs[@]}"
 }

@@ -7,17 +7,19 @@
 #   - starts the server on a fresh cache under a short temp dir (a socket path has at most
 #     107 bytes), no action runs so no spawn wrapper is started, and waits for its socket;
 #   - leaves PY, BIN, tmp, cache, sock and pid set, and an EXIT trap that stops the server
-#     (SIGTERM, SIGKILL after 15 s) and removes the temp dir.
+#     (SIGTERM, SIGKILL after 15 s) and removes the temp dir;
+#   - sources tests/lib/report.sh (a suite reports with pass, fail, finish) and defines
+#     server_still_up: pass, or fail with the server's log, after what the suite sent it.
 # Run from the repository root.
+# shellcheck source=tests/lib/report.sh
+. tests/lib/report.sh
 TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
 PY=$TOOLS/venv/bin/python
 BIN=${CLONESTAGE_BIN:-$PWD/rust/target/release/clonestage}
 
-if ! "$PY" -c "import $PY_MODULES" 2>/dev/null; then
-    echo "$NAME: cannot import $PY_MODULES with $PY (run .ci/install.sh)" >&2
-    exit 1
-fi
-[ -x "$BIN" ] || { echo "$NAME: $BIN not built (cargo build --release --bin clonestage)" >&2; exit 1; }
+"$PY" -c "import $PY_MODULES" 2>/dev/null ||
+    die "$NAME: setup: $PY_MODULES" "cannot import them with $PY (run .ci/install.sh)"
+[ -x "$BIN" ] || die "$NAME: setup: the helper" "$BIN not built (cargo build --release --bin clonestage)"
 
 tmp=$(mktemp -d /tmp/cs-grpc.XXXXXX)
 cache=$tmp/c
@@ -39,7 +41,15 @@ CLONESTAGE_PRESPAWN=0 "$BIN" serve --cache "$cache" --jobs 1 --spawn /bin/false 
 pid=$!
 for _ in $(seq 100); do
     [ -s "$cache/server/tcp-port" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/server.log" >&2; echo "$NAME: the server exited" >&2; exit 1; }
+    kill -0 "$pid" 2>/dev/null || die "$NAME: setup: the server starts" "it exited:" "$(tail_of "$tmp/server.log")"
     sleep 0.1
 done
-[ -S "$sock" ] || { cat "$tmp/server.log" >&2; echo "$NAME: no socket at $sock" >&2; exit 1; }
+[ -S "$sock" ] || die "$NAME: setup: the server starts" "no socket at $sock:" "$(tail_of "$tmp/server.log")"
+
+server_still_up() {
+    if kill -0 "$pid" 2>/dev/null; then
+        pass "$NAME: the server is still up"
+    else
+        fail "$NAME: the server died" "$(tail_of "$tmp/server.log")"
+    fi
+}

@@ -3,7 +3,8 @@
 
 Contract: `python3 tests/lib/harness_check.py [ROOT]` (ROOT defaults to this checkout) reads
 every shell script under ROOT/tests and ROOT/tools and exits 0 when none outside tests/lib/
-defines a `pass` or `fail` function, 1 with one line per definition otherwise. Offline, well
+defines a `pass` or `fail` function or keeps its own count of passes (`passed=`), 1 with one
+line per finding otherwise. Offline, well
 under a second; one line of tests/run.sh's layout step. A suite sources tests/lib/report.sh
 instead (pass, fail, die, finish, say, tail_of).
 """
@@ -13,6 +14,7 @@ import re
 import sys
 
 DEF_RE = re.compile(r"^\s*(?:function\s+)?(pass|fail)\s*(?:\(\s*\)|\s+\{)", re.M)
+COUNT_RE = re.compile(r"^\s*(?:local\s+)?passed=", re.M)
 
 
 def shell_files(root):
@@ -49,6 +51,9 @@ def problems(root):
         for m in DEF_RE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             out.append(f"{rel}:{line}: defines {m.group(1)}(); source tests/lib/report.sh instead")
+        for m in COUNT_RE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(f"{rel}:{line}: counts its own passes; report.sh's pass and finish do")
     return out
 
 
@@ -61,9 +66,10 @@ def main(argv):
     for p in found:
         print(p)
     if found:
-        print(f"harness: {len(found)} pass()/fail() definition(s) outside tests/lib/", file=sys.stderr)
+        print(f"harness: {len(found)} own pass()/fail() or pass count(s) outside tests/lib/",
+              file=sys.stderr)
         return 1
-    print("harness: no pass()/fail() defined outside tests/lib/")
+    print("harness: no pass()/fail() or pass count outside tests/lib/")
     return 0
 
 

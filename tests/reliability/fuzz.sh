@@ -4,7 +4,8 @@
 # cargo-fuzz passes, no sanitizer: the engine is safe Rust, the targets look for panics and
 # broken promises) and runs each target for SECONDS (CI: 45; by hand: as long as you like),
 # from a corpus kept in WORKDIR and the seeds in rust/fuzz/seeds/<target> (stage_tree's include
-# the symlink chain of issue 10, finding 4, for the fuzzer to start from and mutate). Prints one line per target (executions, findings) and a
+# the symlink chain of issue 10, finding 4, for the fuzzer to start from and mutate). Prints
+# PASS or FAIL per target (tests/lib/report.sh) with its executions and findings, and a
 # crashing input's path and first lines of its report when one is found.
 set -u -o pipefail
 secs="${1:-45}"
@@ -19,17 +20,14 @@ export CARGO_TARGET_DIR="${RELIABILITY_FUZZ_TARGET:-$root/rust/target/fuzz}"
 # lints as it does for crates.io's: under --cfg fuzzing its own `deny(missing_docs)` fails the
 # build on its fuzz_bridge module. Our crates' lints are clippy's job in tests/run.sh.
 export RUSTFLAGS="${RUSTFLAGS:-} --cap-lints=warn"
-if ! cargo fuzz --help >/dev/null 2>&1; then
-  echo "fuzz: FAIL: cargo-fuzz is not installed (.ci/install.sh: cargo install cargo-fuzz)"
-  exit 1
-fi
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+cargo fuzz --help >/dev/null 2>&1 ||
+  die "fuzz: cargo-fuzz installed" "it is not (.ci/install.sh: cargo install cargo-fuzz)"
 targets=(tree_validate stage_tree)
 if ! (cd "$fuzz" && nice cargo fuzz build --sanitizer none -O >"$work/build.log" 2>&1); then
-  echo "fuzz: FAIL: cargo fuzz build failed:"
-  tail -n 30 "$work/build.log"
-  exit 1
+  die "fuzz: cargo fuzz build" "$(tail_of "$work/build.log" 30)"
 fi
-rc=0
 for t in "${targets[@]}"; do
   mkdir -p "$work/corpus-$t" "$work/artifacts-$t"
   log="$work/$t.log"
@@ -43,12 +41,12 @@ for t in "${targets[@]}"; do
   fi
   found=$(find "$work/artifacts-$t" -type f | wc -l)
   if [ "$t_rc" = 0 ] && [ "$found" = 0 ]; then
-    echo "fuzz $t: PASS: ${execs:-0} executions in ${secs} s, 0 findings, corpus $(find "$work/corpus-$t" -type f | wc -l) inputs"
+    pass "fuzz $t: ${execs:-0} executions in ${secs} s, 0 findings, corpus $(find "$work/corpus-$t" -type f | wc -l) inputs"
   else
-    rc=1
-    echo "fuzz $t: FAIL: ${execs:-0} executions, $found findings (exit $t_rc); reproduce: cd rust/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none $t <input>"
-    find "$work/artifacts-$t" -type f | head -n 3 | sed 's/^/      input: /'
-    grep -m 3 -E 'panicked at|leads out|accepted|ERROR: libFuzzer' -A 1 "$log" | sed 's/^/      | /'
+    fail "fuzz $t: ${execs:-0} executions, $found findings (exit $t_rc)" \
+      "reproduce: cd rust/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none $t <input>" \
+      "$(find "$work/artifacts-$t" -type f | head -n 3 | sed 's/^/input: /')" \
+      "$(grep -m 3 -E 'panicked at|leads out|accepted|ERROR: libFuzzer' -A 1 "$log" | sed 's/^/      | /')"
   fi
 done
-exit $rc
+[ "$failed" = 0 ]

@@ -1,8 +1,7 @@
 """reapi.py: a small REAPI v2 client for the reliability suite, and the server harness.
 
-Owns: protobuf wire encoding of the few REAPI messages the suite sends and reads (no
-generated code: grpcio's generic calls carry raw bytes, so the suite needs only `grpcio`),
-a client over the server's unix socket, and `Server`, which starts/kills/restarts
+Owns: the few REAPI messages the suite sends and reads, built with the generated modules of
+tests/lib/pb.py (independent of clonestage's Rust code), a client over the server's unix socket, and `Server`, which starts/kills/restarts
 `clonestage serve` on a cache and checks its log for panics and aborts.
 
 Everything that depends on the server's command line or its files is in CONFIG below, in one
@@ -20,7 +19,8 @@ import uuid
 import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from wire import decode, f_bytes, f_varint  # noqa: E402
+import pb  # noqa: E402
+from pb import re  # noqa: E402
 
 # --- the server's command line and files, in one place -------------------------------------
 
@@ -46,14 +46,6 @@ CONFIG = {
 CRASH_MARKERS = ("panicked at", "has overflowed its stack", "fatal runtime error", "Aborted",
                  "SIGSEGV", "stack backtrace")
 
-# --- decoded messages (the wire format: tests/lib/wire.py) -------------------------------------
-
-
-def one(msg, field, default=None):
-    v = msg.get(field)
-    return v[0] if v else default
-
-
 # --- REAPI messages ----------------------------------------------------------------------------
 
 
@@ -68,53 +60,47 @@ class Digest:
     def of(data):
         return Digest(hashlib.sha256(data).hexdigest(), len(data))
 
-    def enc(self):
-        return f_bytes(1, self.hash) + f_varint(2, self.size)
+    def pb(self):
+        return re.Digest(hash=self.hash, size_bytes=self.size)
 
     @staticmethod
-    def dec(buf):
-        m = decode(buf)
-        return Digest(one(m, 1, b"").decode(), one(m, 2, 0))
+    def of_pb(m):
+        return Digest(m.hash, m.size_bytes)
 
     def __repr__(self):
         return "%s/%d" % (self.hash, self.size)
 
 
 def directory(files=(), dirs=(), symlinks=()):
-    """files: (name, Digest, executable); dirs: (name, Digest); symlinks: (name, target)."""
-    out = b""
-    for name, d, x in files:
-        out += f_bytes(1, f_bytes(1, name) + f_bytes(2, d.enc()) + (f_varint(4, 1) if x else b""))
-    for name, d in dirs:
-        out += f_bytes(2, f_bytes(1, name) + f_bytes(2, d.enc()))
-    for name, target in symlinks:
-        out += f_bytes(3, f_bytes(1, name) + f_bytes(2, target))
-    return out
+    """A serialized Directory. files: (name, Digest, executable); dirs: (name, Digest);
+    symlinks: (name, target). Names need not be UTF-8 (`pb.add`)."""
+    d = re.Directory()
+    extra = b"".join(pb.add(d, "files", re.FileNode(digest=dg.pb(), is_executable=x), name=n)
+                     for n, dg, x in files)
+    extra += b"".join(pb.add(d, "directories", re.DirectoryNode(digest=dg.pb()), name=n)
+                      for n, dg in dirs)
+    extra += b"".join(pb.add(d, "symlinks", re.SymlinkNode(), name=n, target=t) for n, t in symlinks)
+    return d.SerializeToString() + extra
 
 
 def command(args, output_files=(), output_dirs=(), env=(), working_directory=None,
             output_paths=None):
-    out = b"".join(f_bytes(1, a) for a in args)
-    for k, v in env:
-        out += f_bytes(2, f_bytes(1, k) + f_bytes(2, v))
-    out += b"".join(f_bytes(3, p) for p in output_files)
-    out += b"".join(f_bytes(4, p) for p in output_dirs)
-    if working_directory:
-        out += f_bytes(6, working_directory)
-    if output_paths is not None:
-        out += b"".join(f_bytes(7, p) for p in output_paths)
-    return out
+    """A serialized Command. Paths need not be UTF-8 (`pb.serialize`)."""
+    m = re.Command(
+        arguments=args,
+        environment_variables=[re.Command.EnvironmentVariable(name=k, value=v) for k, v in env])
+    return pb.serialize(m, output_files=list(output_files), output_directories=list(output_dirs),
+                        working_directory=working_directory or "",
+                        output_paths=list(output_paths or ()))
 
 
 def action(command_digest, root_digest, timeout_s=None, do_not_cache=False, salt=b""):
-    out = f_bytes(1, command_digest.enc()) + f_bytes(2, root_digest.enc())
+    """A serialized Action."""
+    m = re.Action(command_digest=command_digest.pb(), input_root_digest=root_digest.pb(),
+                  do_not_cache=do_not_cache, salt=salt)
     if timeout_s is not None:
-        out += f_bytes(6, f_varint(1, timeout_s))
-    if do_not_cache:
-        out += f_varint(7, 1)
-    if salt:
-        out += f_bytes(9, salt)
-    return out
+        m.timeout.seconds = timeout_s
+    return m.SerializeToString()
 
 
 class Result:
@@ -132,14 +118,10 @@ class Result:
         self.raw = raw
 
     @staticmethod
-    def from_action_result(buf):
-        m = decode(buf)
-        outs = {}
-        for of in m.get(2, []):
-            o = decode(of)
-            outs[one(o, 1, b"").decode("utf-8", "replace")] = Digest.dec(one(o, 2, b""))
-        return Result(exit_code=one(m, 4, 0), outputs=outs, stdout=one(m, 5, b""),
-                      stderr=one(m, 7, b""), raw=buf)
+    def from_action_result(m):
+        outs = {o.path: Digest.of_pb(o.digest) for o in m.output_files}
+        return Result(exit_code=m.exit_code, outputs=outs, stdout=m.stdout_raw,
+                      stderr=m.stderr_raw, raw=m.SerializeToString())
 
     def __repr__(self):
         return "Result(status=%s %r exit=%s outputs=%s)" % (
@@ -148,7 +130,7 @@ class Result:
 
 # --- the client ---------------------------------------------------------------------------------
 
-RE = "/build.bazel.remote.execution.v2."
+RE = pb.V2
 
 
 class Client:
@@ -162,25 +144,19 @@ class Client:
                      ("grpc.max_receive_message_length", 64 << 20),
                      ("grpc.max_send_message_length", 64 << 20)])
         self.timeout = timeout
-        self._u = lambda m: self.channel.unary_unary(m)
-        self._s = lambda m: self.channel.unary_stream(m)
 
     def close(self):
         self.channel.close()
 
     def batch_upload(self, blobs):
         """blobs: list of bytes. Returns the list of their Digests; raises on any per-blob error."""
-        req = b""
-        digests = []
-        for data in blobs:
-            d = Digest.of(data)
-            digests.append(d)
-            req += f_bytes(2, f_bytes(1, d.enc()) + f_bytes(2, data))
-        resp = decode(self._u(RE + "ContentAddressableStorage/BatchUpdateBlobs")(req, timeout=self.timeout))
-        for r in resp.get(1, []):
-            st = decode(one(decode(r), 2, b""))
-            if one(st, 1, 0):
-                raise grpc_error(one(st, 1, 0), one(st, 2, b"").decode("utf-8", "replace"))
+        digests = [Digest.of(data) for data in blobs]
+        req = re.BatchUpdateBlobsRequest(requests=[
+            re.BatchUpdateBlobsRequest.Request(digest=d.pb(), data=data) for d, data in zip(digests, blobs)])
+        resp = pb.call(self.channel, RE + "ContentAddressableStorage/BatchUpdateBlobs", req, self.timeout)
+        for r in resp.responses:
+            if r.status.code:
+                raise grpc_error(r.status.code, r.status.message)
         return digests
 
     def bytestream_write(self, data, chunk=64 << 10):
@@ -193,66 +169,58 @@ class Client:
             while True:
                 part = data[off:off + chunk]
                 last = off + len(part) >= len(data)
-                m = b""
-                if first:
-                    m += f_bytes(1, name)
-                m += f_varint(2, off) + (f_varint(3, 1) if last else b"") + f_bytes(10, part)
-                yield m
+                yield pb.bs.WriteRequest(resource_name=name if first else "", write_offset=off,
+                                         finish_write=last, data=part)
                 first = False
                 off += len(part)
                 if last:
                     return
 
-        self.channel.stream_unary("/google.bytestream.ByteStream/Write")(reqs(), timeout=self.timeout)
+        pb.call(self.channel, pb.BS + "Write", reqs(), self.timeout)
         return d
 
     def bytestream_read(self, d):
-        out = b""
-        for resp in self._s("/google.bytestream.ByteStream/Read")(
-                f_bytes(1, "blobs/%s/%d" % (d.hash, d.size)), timeout=self.timeout):
-            out += one(decode(resp), 10, b"")
-        return out
+        req = pb.bs.ReadRequest(resource_name="blobs/%s/%d" % (d.hash, d.size))
+        return b"".join(r.data for r in pb.call(self.channel, pb.BS + "Read", req, self.timeout))
 
     def find_missing(self, digests):
-        req = b"".join(f_bytes(2, d.enc()) for d in digests)
-        resp = decode(self._u(RE + "ContentAddressableStorage/FindMissingBlobs")(req, timeout=self.timeout))
-        return [Digest.dec(b) for b in resp.get(2, [])]
+        req = re.FindMissingBlobsRequest(blob_digests=[d.pb() for d in digests])
+        resp = pb.call(self.channel, RE + "ContentAddressableStorage/FindMissingBlobs", req, self.timeout)
+        return [Digest.of_pb(b) for b in resp.missing_blob_digests]
 
     def get_action_result(self, action_digest):
         """The cached ActionResult, or None on NOT_FOUND."""
         try:
-            buf = self._u(RE + "ActionCache/GetActionResult")(
-                f_bytes(2, action_digest.enc()), timeout=self.timeout)
+            m = pb.call(self.channel, RE + "ActionCache/GetActionResult",
+                        re.GetActionResultRequest(action_digest=action_digest.pb()), self.timeout)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return None
             raise
-        return Result.from_action_result(buf)
+        return Result.from_action_result(m)
 
     def execute(self, action_digest, skip_cache_lookup=True, timeout=None):
         """Run an action; a Result with the status of the ExecuteResponse (or of the RPC)."""
-        req = f_varint(3, 1 if skip_cache_lookup else 0) + f_bytes(6, action_digest.enc())
+        req = re.ExecuteRequest(skip_cache_lookup=skip_cache_lookup, action_digest=action_digest.pb())
         last = None
         try:
-            for op in self._s(RE + "Execution/Execute")(req, timeout=timeout or self.timeout):
+            for op in pb.stub(self.channel, RE + "Execution/Execute")(req, timeout=timeout or self.timeout):
                 last = op
         except grpc.RpcError as e:
             return Result(status_code=e.code().value[0], status_message=e.details() or "")
         if last is None:
             return Result(status_code=2, status_message="no operation")
-        op = decode(last)
-        # google.longrunning.Operation: name 1, metadata 2, done 3, error 4, response 5
-        if op.get(4):
-            st = decode(op[4][0])
-            return Result(status_code=one(st, 1, 0), status_message=one(st, 2, b"").decode("utf-8", "replace"))
-        if not one(op, 3, 0) or not op.get(5):
+        if last.HasField("error"):
+            return Result(status_code=last.error.code, status_message=last.error.message)
+        if not last.done or not last.HasField("response"):
             return Result(status_code=2, status_message="operation not done")
-        er = decode(one(decode(op[5][0]), 2, b""))
-        res = Result.from_action_result(one(er, 1, b"")) if er.get(1) else Result()
-        st = decode(one(er, 3, b""))
-        res.status_code = one(st, 1, 0)
-        res.status_message = one(st, 2, b"").decode("utf-8", "replace")
-        res.cached = bool(one(er, 2, 0))
+        er = re.ExecuteResponse()
+        if not last.response.Unpack(er):
+            return Result(status_code=2, status_message="response is a %s" % last.response.type_url)
+        res = Result.from_action_result(er.result) if er.HasField("result") else Result()
+        res.status_code = er.status.code
+        res.status_message = er.status.message
+        res.cached = er.cached_result
         return res
 
     def run(self, args, inputs=None, root_digest=None, output_files=(), output_dirs=(),

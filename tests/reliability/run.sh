@@ -15,7 +15,8 @@
 #   grace    reads right after Execute under --max-size 1 --evict-every 1 (grace.py)
 #
 # Usage: bash tests/reliability/run.sh [PART...]   (default: all, in the order above)
-# Prints "N passed, M failed" last; exit 1 when any part failed.
+# Prints PASS, FAIL or SKIP per part and "N passed, M failed[, K skipped]" last
+# (tests/lib/report.sh); exit 1 when any part failed.
 #
 # Environment (CI uses the defaults; raise them by hand for longer runs):
 #   RELIABILITY_KILLS=50 RELIABILITY_BAZEL_KILLS=2 RELIABILITY_FUZZ_SECONDS=45 (per target)
@@ -35,13 +36,14 @@ root="$(cd "$here/../.." && pwd -P)"
 TOOLS=${CLONESTAGE_TOOLS:-/var/tmp/clonestage-tools}
 PY=${RELIABILITY_PY:-$TOOLS/venv/bin/python}
 export RELIABILITY_SEED=${RELIABILITY_SEED:-$(date +%s)}
+all_parts=(kill9 enospc fuzz hostile uploads race two lies grace)
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(kill9 enospc fuzz hostile uploads race two lies grace)
+[ ${#parts[@]} -gt 0 ] || parts=("${all_parts[@]}")
 
-passed=0
-failed=0
-skipped=0
-say() { printf '%s\n' "$*"; }
+# shellcheck source=tests/lib/report.sh
+source "$root/tests/lib/report.sh"
+# shellcheck source=tests/lib/build.sh
+source "$root/tests/lib/build.sh"
 work="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-reliability.XXXXXX")"
 chmod 0755 "$work" # the non-root owner of the race must reach its cache below it
 cleanup() {
@@ -63,34 +65,18 @@ say "reliability: seed $RELIABILITY_SEED, work dir $work"
 bin="$work/bin"
 mkdir -p "$bin"
 # From the checkout: cargo reads its .cargo/config.toml (the h2 [patch]) from the working directory.
-if ! (cd "$root" && cargo build --quiet --release --manifest-path "$root/rust/Cargo.toml" --bin clonestage); then
-  say "reliability: setup: cargo build failed"
-  say "0 passed, 1 failed"
-  exit 1
-fi
+(cd "$root" && need_helper) || die "setup: cargo build --release --bin clonestage"
 cp "$root/rust/target/release/clonestage" "$bin/"
-cc_srcs=()
-for f in "$root"/cc/*.cc; do
-  case "$f" in *-darwin.cc) ;; *) cc_srcs+=("$f") ;; esac
-done
-if ! "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$bin/clonestage-spawn" "${cc_srcs[@]}"; then
-  say "reliability: setup: building clonestage-spawn failed"
-  say "0 passed, 1 failed"
-  exit 1
-fi
+cxx_spawn "$root" "$bin/clonestage-spawn" || die "setup: building clonestage-spawn with ${CXX:-g++}"
 chmod -R a+rX "$bin"
 cs="$bin/clonestage"
 spawn="$bin/clonestage-spawn"
-if ! "$PY" -c 'import grpc, zstandard' 2>/dev/null; then
-  say "reliability: setup: no python with grpcio and zstandard at $PY (.ci/install.sh installs it; or set RELIABILITY_PY)"
-  say "0 passed, 1 failed"
-  exit 1
-fi
+"$PY" -c 'import grpc, zstandard' 2>/dev/null ||
+  die "setup: a python with grpcio and zstandard" "none at $PY (.ci/install.sh installs it; or set RELIABILITY_PY)"
 
-result() { # result NAME RC
-  if [ "$2" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); say "reliability: $1 FAILED"; fi
+result() { # result NAME RC: the part's script printed its figures; this counts it
+  if [ "$2" = 0 ]; then pass "$1"; else fail "$1" "exit $2 (its lines above say why)"; fi
 }
-skip() { skipped=$((skipped + 1)); say "reliability: $1 SKIPPED: $2"; }
 py() { (cd "$here" && nice "$PY" "$@"); }
 need_root() { [ "$(id -u)" = 0 ]; }
 
@@ -133,8 +119,7 @@ for part in "${parts[@]}"; do
       ext4="${CLONESTAGE_TEST_EXT4:-}"
       if [ -z "$ext4" ] || [ ! -d "$ext4" ]; then
         if [ "${CLONESTAGE_REQUIRE_FS:-0}" = 1 ]; then
-          say "race: FAIL: CLONESTAGE_TEST_EXT4 is not an ext4 mount (CLONESTAGE_REQUIRE_FS=1)"
-          result race 1
+          fail race "CLONESTAGE_TEST_EXT4 is not an ext4 mount (CLONESTAGE_REQUIRE_FS=1)"
         else
           skip race "no ext4 mount (CLONESTAGE_TEST_EXT4): the race needs hardlinked inputs"
         fi
@@ -172,8 +157,7 @@ for part in "${parts[@]}"; do
       result grace $?
       ;;
     *)
-      say "reliability: unknown part $part"
-      result "$part" 1
+      fail "$part" "no such part (${all_parts[*]})"
       ;;
   esac
   say "($part: $((SECONDS - t0)) s)"
@@ -181,9 +165,4 @@ done
 
 say ""
 say "reliability: finished in $((SECONDS - start)) s"
-if [ "$skipped" -gt 0 ]; then
-  say "$passed passed, $failed failed, $skipped skipped"
-else
-  say "$passed passed, $failed failed"
-fi
-[ "$failed" = 0 ]
+finish

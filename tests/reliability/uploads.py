@@ -35,15 +35,15 @@ import zstandard
 
 import reapi
 from reapi import Digest
-from wire import decode, f_bytes, f_varint
+import pb  # tests/lib, on sys.path once reapi is imported
 
 cs, spawn, work = sys.argv[1:4]
 cache = os.path.join(work, "cache")
 os.makedirs(cache, exist_ok=True)
 server = reapi.Server(cs, spawn, cache, os.path.join(work, "serve.log"), jobs=2)
 MIB = 1 << 20
-WRITE = "/google.bytestream.ByteStream/Write"
-QUERY = "/google.bytestream.ByteStream/QueryWriteStatus"
+WRITE = pb.BS + "Write"
+QUERY = pb.BS + "QueryWriteStatus"
 failures = []
 
 
@@ -88,8 +88,8 @@ def messages(name, data, start=0, chunk=64 * 1024, finish=True, hold=None):
     for i in range(0, max(len(data), 1), chunk):
         part = data[i:i + chunk]
         last = i + chunk >= len(data)
-        yield ((f_bytes(1, name) if i == 0 else b"") + f_varint(2, off)
-               + (f_varint(3, 1) if last and finish else b"") + f_bytes(10, part))
+        yield pb.bs.WriteRequest(resource_name=name if i == 0 else "", write_offset=off,
+                                 finish_write=last and finish, data=part)
         off += len(part)
     if hold is not None:
         hold.wait()
@@ -98,23 +98,19 @@ def messages(name, data, start=0, chunk=64 * 1024, finish=True, hold=None):
 def write(ch, reqs, timeout=120):
     """(status code name, committed_size or message)."""
     try:
-        r = decode(ch.stream_unary(WRITE)(reqs, timeout=timeout))
-        return "OK", reapi.one(r, 1, 0)
+        return "OK", pb.call(ch, WRITE, reqs, timeout).committed_size
     except grpc.RpcError as e:
         return e.code().name, e.details() or ""
 
 
 def query(ch, name, timeout=10):
-    r = decode(ch.unary_unary(QUERY)(f_bytes(1, name), timeout=timeout))
-    return reapi.one(r, 1, 0), bool(reapi.one(r, 2, 0))
+    r = pb.call(ch, QUERY, pb.bs.QueryWriteStatusRequest(resource_name=name), timeout)
+    return r.committed_size, r.complete
 
 
 def read(ch, d):
-    out = b""
-    for r in ch.unary_stream("/google.bytestream.ByteStream/Read")(
-            f_bytes(1, "blobs/%s/%d" % (d.hash, d.size)), timeout=60):
-        out += reapi.one(decode(r), 10, b"")
-    return out
+    req = pb.bs.ReadRequest(resource_name="blobs/%s/%d" % (d.hash, d.size))
+    return b"".join(r.data for r in pb.call(ch, pb.BS + "Read", req, 60))
 
 
 def missing(d):
@@ -288,7 +284,7 @@ def case_finish():
                               ("streamed", os.urandom(600 * 1024), 256 * 1024)):
         d = Digest.of(blob)
         reqs = list(messages(name_of("after-" + what[0], d, False), blob, chunk=chunk))
-        reqs.append(f_varint(2, len(blob)) + f_bytes(10, b"more"))
+        reqs.append(pb.bs.WriteRequest(write_offset=len(blob), data=b"more"))
         code, _ = write(ch, iter(reqs))
         got.append((what, code, missing(d)))
     ch.close()

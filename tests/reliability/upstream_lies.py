@@ -1,6 +1,6 @@
 """upstream_lies.py: the lying team cache of issue 23 (item 1), against a live server.
 
-A fake upstream in this process (grpcio generic handlers, hand-encoded protobuf: ActionCache
+A fake upstream in this process (grpcio generic handlers, tests/lib/pb.py's messages: ActionCache
 GetActionResult, CAS BatchReadBlobs/FindMissingBlobs, ByteStream Read) holds, for each case, the
 Action and Command of an action that declares `out.txt` (as Bazel's uploads put them there)
 and answers GetActionResult with one lie, every blob of which it has with the right bytes:
@@ -32,8 +32,9 @@ from concurrent import futures
 import grpc
 
 import reapi
-from reapi import Digest, action, command, one
-from wire import decode, f_bytes, f_varint
+from reapi import Digest, action, command
+import pb  # tests/lib, on sys.path once reapi is imported
+from pb import re
 
 cs, spawn, work = sys.argv[1:4]
 RE = "/build.bazel.remote.execution.v2."
@@ -60,50 +61,50 @@ class Fake:
 
     def get_action_result(self, req, ctx):
         self.count("GetActionResult")
-        d = Digest.dec(one(decode(req), 2, b""))
+        d = req.action_digest
         if d.hash not in self.ac:
             ctx.abort(grpc.StatusCode.NOT_FOUND, "no result")
         return self.ac[d.hash]
 
     def batch_read(self, req, ctx):
         self.count("BatchReadBlobs")
-        out = b""
-        for raw in decode(req).get(2, []):
-            d = Digest.dec(raw)
+        out = re.BatchReadBlobsResponse()
+        for d in req.digests:
             data = self.blobs.get(d.hash)
-            st = b"" if data is not None else f_varint(1, 5)  # NOT_FOUND
-            out += f_bytes(1, f_bytes(1, raw) + f_bytes(2, data or b"") + f_bytes(3, st))
+            r = out.responses.add(digest=d, data=data or b"")
+            if data is None:
+                r.status.code = grpc.StatusCode.NOT_FOUND.value[0]
         return out
 
     def find_missing(self, req, ctx):
         self.count("FindMissingBlobs")
-        return b"".join(f_bytes(2, raw) for raw in decode(req).get(2, [])
-                        if Digest.dec(raw).hash not in self.blobs)
+        return re.FindMissingBlobsResponse(
+            missing_blob_digests=[d for d in req.blob_digests if d.hash not in self.blobs])
 
     def read(self, req, ctx):
         self.count("Read")
-        name = one(decode(req), 1, b"").decode()
+        name = req.resource_name
         h = name.split("/blobs/")[-1].split("/")[0] if "/blobs/" in name else name.split("/")[1]
         data = self.blobs.get(h)
         if data is None:
             ctx.abort(grpc.StatusCode.NOT_FOUND, "no blob")
         for i in range(0, max(len(data), 1), 1 << 20):
-            yield f_bytes(10, data[i:i + (1 << 20)])
+            yield pb.bs.ReadResponse(data=data[i:i + (1 << 20)])
 
     def serve(self):
-        ident = lambda b: b  # noqa: E731
-        u = lambda f: grpc.unary_unary_rpc_method_handler(  # noqa: E731
-            f, request_deserializer=ident, response_serializer=ident)
+        def u(f, method, kind=grpc.unary_unary_rpc_method_handler):
+            _, req, reply = pb.RPCS[method]
+            return kind(f, request_deserializer=req.FromString, response_serializer=reply.SerializeToString)
+
         handlers = [
             grpc.method_handlers_generic_handler("build.bazel.remote.execution.v2.ActionCache", {
-                "GetActionResult": u(self.get_action_result)}),
+                "GetActionResult": u(self.get_action_result, RE + "ActionCache/GetActionResult")}),
             grpc.method_handlers_generic_handler(
                 "build.bazel.remote.execution.v2.ContentAddressableStorage", {
-                    "BatchReadBlobs": u(self.batch_read),
-                    "FindMissingBlobs": u(self.find_missing)}),
+                    "BatchReadBlobs": u(self.batch_read, RE + "ContentAddressableStorage/BatchReadBlobs"),
+                    "FindMissingBlobs": u(self.find_missing, RE + "ContentAddressableStorage/FindMissingBlobs")}),
             grpc.method_handlers_generic_handler("google.bytestream.ByteStream", {
-                "Read": grpc.unary_stream_rpc_method_handler(
-                    self.read, request_deserializer=ident, response_serializer=ident)}),
+                "Read": u(self.read, pb.BS + "Read", grpc.unary_stream_rpc_method_handler)}),
         ]
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=handlers,
                              options=[("grpc.max_send_message_length", 64 << 20),
@@ -119,33 +120,36 @@ def cmd_for(case):
 
 
 def out_file(path, d):
-    return f_bytes(2, f_bytes(1, path) + f_bytes(2, d.enc()))
+    return re.OutputFile(path=path, digest=d.pb())
 
 
 def lie(fake, case):
+    """The ActionResult of `case`'s lie."""
     good = fake.put(b"upstream bytes\n")
     other = fake.put(b"other upstream bytes\n")
-    tail = f_bytes(5, fake.put(b"stdout\n").enc())  # stdout_digest
+    r = re.ActionResult(stdout_digest=fake.put(b"stdout\n").pb())
     ok = out_file("out.txt", good)
     if case == "file-escapes":
-        return out_file("../../UPSTREAM_ESCAPE", good) + ok + tail
-    if case == "file-absolute":
-        return ok + out_file(ESCAPES[3], good) + tail
-    if case == "symlink-escapes":
-        # output_symlinks (12): path 1, target 2
-        return ok + f_bytes(12, f_bytes(1, "../x") + f_bytes(2, "out.txt")) + tail
-    if case == "tree-escapes":
-        root = reapi.directory(files=[("../../TREE_ESCAPE", good, False)])
-        t = fake.put(f_bytes(1, root))  # Tree.root
-        # output_directories (3): path 1, tree_digest 3
-        return f_bytes(3, f_bytes(1, "out.txt") + f_bytes(3, t.enc())) + tail
-    if case == "same-path-twice":
-        return ok + out_file("out.txt", other) + tail
-    if case == "undeclared":
-        return b"".join(out_file("u%d" % i, good) for i in range(200000)) + tail
-    if case == "exit-1":
-        return ok + f_varint(4, 1) + tail
-    raise ValueError(case)
+        r.output_files.extend([out_file("../../UPSTREAM_ESCAPE", good), ok])
+    elif case == "file-absolute":
+        r.output_files.extend([ok, out_file(ESCAPES[3], good)])
+    elif case == "symlink-escapes":
+        r.output_files.append(ok)
+        r.output_symlinks.add(path="../x", target="out.txt")
+    elif case == "tree-escapes":
+        root = re.Directory.FromString(reapi.directory(files=[("../../TREE_ESCAPE", good, False)]))
+        t = fake.put(re.Tree(root=root).SerializeToString())
+        r.output_directories.add(path="out.txt", tree_digest=t.pb())
+    elif case == "same-path-twice":
+        r.output_files.extend([ok, out_file("out.txt", other)])
+    elif case == "undeclared":
+        r.output_files.extend(out_file("u%d" % i, good) for i in range(200000))
+    elif case == "exit-1":
+        r.output_files.append(ok)
+        r.exit_code = 1
+    else:
+        raise ValueError(case)
+    return r
 
 
 CASES = ["file-escapes", "file-absolute", "symlink-escapes", "tree-escapes", "same-path-twice",
@@ -186,7 +190,7 @@ def run_case(fake, port, case):
     if case == "no-command":
         # A result for an action nobody uploaded anywhere: it cannot be checked.
         ad = Digest.of(b"an action the upstream has no Action for")
-        fake.ac[ad.hash] = out_file("out.txt", fake.put(b"upstream bytes\n"))
+        fake.ac[ad.hash] = re.ActionResult(output_files=[out_file("out.txt", fake.put(b"upstream bytes\n"))])
     else:
         cd = fake.put(c)
         ad = fake.put(action(cd, Digest.of(b"")))

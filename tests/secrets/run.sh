@@ -32,28 +32,16 @@ other=65534
 
 # shellcheck source=tests/lib/report.sh
 source "$root/tests/lib/report.sh"
-check() { # check NAME COMMAND...
-  local name="$1"
-  shift
-  if "$@"; then pass "$name"; else fail "$name"; fi
-}
+# shellcheck source=tests/lib/build.sh
+source "$root/tests/lib/build.sh"
 
-if [ "$(id -u)" != 0 ]; then
-  echo "tests/secrets: needs root (it runs probes as uid $other with setpriv); not run"
-  exit 1
-fi
+[ "$(id -u)" = 0 ] || die "setup: root" "needed: the probes run as uid $other with setpriv; not run"
 for tool in setpriv curl; do
-  command -v "$tool" >/dev/null || {
-    echo "tests/secrets: $tool not found"
-    exit 1
-  }
+  command -v "$tool" >/dev/null || die "setup: $tool" "not found"
 done
 
 bin="${CLONESTAGE_BIN:-$root/rust/target/release/clonestage}"
-[ -x "$bin" ] || {
-  echo "tests/secrets: no helper at $bin (cargo build --release)"
-  exit 1
-}
+[ -x "$bin" ] || die "setup: the helper" "none at $bin (cargo build --release)"
 
 T="$(mktemp -d "${TMPDIR:-/tmp}/clonestage-secrets.XXXXXX")"
 chmod 755 "$T" # the other uid must be able to walk to everything not private by itself
@@ -81,15 +69,8 @@ trap cleanup EXIT
 
 spawn="${CLONESTAGE_SPAWN:-}"
 if [ -z "$spawn" ]; then
-  srcs=()
-  for f in "$root"/cc/*.cc; do
-    case "$f" in *-darwin.cc) ;; *) srcs+=("$f") ;; esac
-  done
   spawn="$T/bin/clonestage-spawn"
-  if ! nice "${CXX:-g++}" -std=c++17 -O2 -I "$root" -o "$spawn" "${srcs[@]}"; then
-    echo "tests/secrets: building clonestage-spawn failed"
-    exit 1
-  fi
+  cxx_spawn "$root" "$spawn" nice || die "setup: building clonestage-spawn with ${CXX:-g++}"
 fi
 
 cp "$root/tools/bazel" "$ws/tools/bazel"
@@ -159,9 +140,7 @@ for _ in $(seq 1 1200); do
   sleep 0.1
 done
 if ! [ -e "$T/stub.running" ]; then
-  fail "the build is running (through the launcher, over TCP)" "$(tail -n 20 "$T/bazel.log")"
-  echo "$passed passed, $failed failed"
-  exit 1
+  die "the build is running (through the launcher, over TCP)" "$(tail_of "$T/bazel.log" 20)"
 fi
 pass "the build is running ($mode Bazel, through the launcher)"
 
@@ -171,9 +150,9 @@ if [ "$mode" = stub ]; then
   # What the stub was handed must lead to the server: the executor and the token, on its
   # command line or in the rc files it read.
   handed="$(cat "$T/stub.args" "$T/stub.rc" 2>/dev/null)"
-  check "Bazel is handed the TCP executor" grep -qF -- "--remote_executor=grpc://127.0.0.1:$port" <<<"$handed"
-  check "Bazel is handed the token header (executor)" grep -qF -- "--remote_exec_header=x-clonestage-token=$token" <<<"$handed"
-  check "Bazel is handed the token header (cache)" grep -qF -- "--remote_cache_header=x-clonestage-token=$token" <<<"$handed"
+  pass_if "Bazel is handed the TCP executor" grep -qF -- "--remote_executor=grpc://127.0.0.1:$port" <<<"$handed"
+  pass_if "Bazel is handed the token header (executor)" grep -qF -- "--remote_exec_header=x-clonestage-token=$token" <<<"$handed"
+  pass_if "Bazel is handed the token header (cache)" grep -qF -- "--remote_cache_header=x-clonestage-token=$token" <<<"$handed"
 fi
 
 # --- as uid 65534, while the build runs --------------------------------------------------
@@ -225,9 +204,9 @@ grpc_status() { # grpc_status METHOD [TOKEN] as uid 65534 over TCP: the grpc-sta
 }
 
 st="$(grpc_status Capabilities/GetCapabilities)"
-check "uid $other: GetCapabilities over TCP without the token is UNAUTHENTICATED (grpc-status $st)" test "$st" = 16
+pass_if "uid $other: GetCapabilities over TCP without the token is UNAUTHENTICATED (grpc-status $st)" test "$st" = 16
 st="$(grpc_status Execution/Execute)"
-check "uid $other: Execute over TCP without the token is UNAUTHENTICATED (grpc-status $st)" test "$st" = 16
+pass_if "uid $other: Execute over TCP without the token is UNAUTHENTICATED (grpc-status $st)" test "$st" = 16
 # Execute with each token the scan found: what an attacker would do with it.
 used=0
 if [ "$nleaks" -gt 0 ]; then
@@ -236,12 +215,12 @@ if [ "$nleaks" -gt 0 ]; then
   fail "uid $other ran Execute over TCP with the token it found (grpc-status $st, not 16: past the token check)"
 fi
 # The control: the probe itself can get through when it has the token.
-check "control: uid $other with the real token gets through (the probe can see a leak)" \
+pass_if "control: uid $other with the real token gets through (the probe can see a leak)" \
   test "$(grpc_status Capabilities/GetCapabilities "$token")" = 0
 
-check "uid $other cannot read the token file" \
+pass_if "uid $other cannot read the token file" \
   bash -c "! setpriv --reuid=$other --regid=$other --clear-groups cat '$cache/server/token' >/dev/null 2>&1"
-check "uid $other cannot connect to the unix socket" \
+pass_if "uid $other cannot connect to the unix socket" \
   bash -c "! setpriv --reuid=$other --regid=$other --clear-groups curl -s --max-time 5 --http2-prior-knowledge \
     --unix-socket '$cache/server/clonestage.sock' -o /dev/null http://localhost/ 2>/dev/null"
 
@@ -250,9 +229,9 @@ wait "$bazel_pid"
 rc=$?
 bazel_pid=""
 if [ "$mode" = bazel ]; then
-  check "the Bazel 4.2.3 build through clonestage succeeded" test "$rc" = 0
-  check "its action ran in clonestage (remote)" grep -qE '[0-9]+ remote' "$T/bazel.log"
-  check "Bazel has nothing to say about the rc files (no unknown command or option)" \
+  pass_if "the Bazel 4.2.3 build through clonestage succeeded" test "$rc" = 0
+  pass_if "its action ran in clonestage (remote)" grep -qE '[0-9]+ remote' "$T/bazel.log"
+  pass_if "Bazel has nothing to say about the rc files (no unknown command or option)" \
     bash -c "! grep -q 'while reading option defaults file' '$T/bazel.log'"
   if grep -qF -- "$token" "$T/bazel.log"; then
     fail "the token is in Bazel's console output"
@@ -273,10 +252,10 @@ if [ "$mode" = bazel ]; then
 fi
 new_port="$(head -n 1 "$cache/server/tcp-port" 2>/dev/null)"
 new_pid="$(tr -dc 0-9 <"$cache/server/lock" 2>/dev/null)"
-check "the launcher started a new server" test -n "$new_pid" -a "$new_pid" != "$old_pid"
-check "the restarted server listens on the same port ($port, now ${new_port:-none})" test "$new_port" = "$port"
-check "the restarted server keeps the token" test "$(cat "$cache/server/token" 2>/dev/null)" = "$token"
-check "the old address and token still answer" test "$(grpc_status Capabilities/GetCapabilities "$token")" = 0
+pass_if "the launcher started a new server" test -n "$new_pid" -a "$new_pid" != "$old_pid"
+pass_if "the restarted server listens on the same port ($port, now ${new_port:-none})" test "$new_port" = "$port"
+pass_if "the restarted server keeps the token" test "$(cat "$cache/server/token" 2>/dev/null)" = "$token"
+pass_if "the old address and token still answer" test "$(grpc_status Capabilities/GetCapabilities "$token")" = 0
 
 echo "secrets: token found by uid $other in $nleaks places (argv $nargv, environ $nenv, files $nfiles);" \
   "Execute as uid $other with a found token: $([ "$used" = 1 ] && echo "tried, got through" || echo "nothing to try");" \

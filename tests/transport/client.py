@@ -11,8 +11,8 @@ ByteStream Read: the same bytes). The forms:
   raw-path   grpc.default_authority forced to the raw socket path, as grpc-java (Bazel) sends it
   localhost  grpc.default_authority = localhost (a valid host name: the control)
 
-Messages are encoded and decoded by hand (a few fields of the REAPI protos), so the client needs
-only grpcio. Prints one line per RPC, one per form and a summary line
+Messages come from the generated REAPI modules (tests/lib/pb.py), not from clonestage's
+code. Prints one line per RPC, one per form and a summary line
 `transport: N/M RPCs ok (...)`; exits 1 if any RPC failed.
 """
 
@@ -23,41 +23,29 @@ import sys
 import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from wire import decode, f_bytes, f_varint  # noqa: E402
+import pb  # noqa: E402
 
 TIMEOUT = 10  # seconds per RPC: a refused stream fails at once, a hang must not hang CI
 
 
-# --- messages (the wire format: tests/lib/wire.py) ---------------------------------------
-
-
-def digest(data):
-    # build.bazel.remote.execution.v2.Digest: hash = 1, size_bytes = 2
-    return f_bytes(1, hashlib.sha256(data).hexdigest().encode()) + f_varint(2, len(data))
-
-
 # --- the RPCs --------------------------------------------------------------------------------
 
-V2 = "/build.bazel.remote.execution.v2."
-BS = "/google.bytestream.ByteStream/"
+V2, BS = pb.V2, pb.BS
 
 
 def call(channel, method, request):
-    return channel.unary_unary(method)(request, timeout=TIMEOUT)
+    return pb.call(channel, method, request, TIMEOUT)
 
 
 def get_capabilities(channel, _blob):
-    reply = decode(call(channel, V2 + "Capabilities/GetCapabilities", b""))
-    # ServerCapabilities.execution_capabilities = 2, ExecutionCapabilities.exec_enabled = 2
-    execution = decode(reply[2][0]) if 2 in reply else {}
-    if execution.get(2) != [1]:
+    reply = call(channel, V2 + "Capabilities/GetCapabilities", pb.re.GetCapabilitiesRequest())
+    if not reply.execution_capabilities.exec_enabled:
         raise AssertionError(f"exec_enabled not set in {reply!r}")
 
 
 def find_missing(channel, blob):
-    # FindMissingBlobsRequest.blob_digests = 2; the response's missing_blob_digests = 2
-    reply = decode(call(channel, V2 + "ContentAddressableStorage/FindMissingBlobs", f_bytes(2, digest(blob))))
-    return reply.get(2, [])
+    req = pb.re.FindMissingBlobsRequest(blob_digests=[pb.digest(blob)])
+    return call(channel, V2 + "ContentAddressableStorage/FindMissingBlobs", req).missing_blob_digests
 
 
 def missing_before(channel, blob):
@@ -67,12 +55,10 @@ def missing_before(channel, blob):
 
 def write(channel, blob):
     h = hashlib.sha256(blob).hexdigest()
-    # WriteRequest: resource_name = 1, write_offset = 2, finish_write = 3, data = 10
-    req = f_bytes(1, f"uploads/transport-test/blobs/{h}/{len(blob)}".encode())
-    req += f_varint(3, 1) + f_bytes(10, blob)
-    reply = decode(channel.stream_unary(BS + "Write")(iter([req]), timeout=TIMEOUT))
-    if reply.get(1) != [len(blob)]:
-        raise AssertionError(f"committed_size {reply.get(1)} != {len(blob)}")
+    req = pb.bs.WriteRequest(resource_name=f"uploads/transport-test/blobs/{h}/{len(blob)}", finish_write=True, data=blob)
+    reply = call(channel, BS + "Write", iter([req]))
+    if reply.committed_size != len(blob):
+        raise AssertionError(f"committed_size {reply.committed_size} != {len(blob)}")
 
 
 def present_after(channel, blob):
@@ -82,11 +68,7 @@ def present_after(channel, blob):
 
 def read(channel, blob):
     h = hashlib.sha256(blob).hexdigest()
-    # ReadRequest.resource_name = 1; ReadResponse.data = 10
-    got = b"".join(
-        b"".join(decode(m).get(10, []))
-        for m in channel.unary_stream(BS + "Read")(f_bytes(1, f"blobs/{h}/{len(blob)}".encode()), timeout=TIMEOUT)
-    )
+    got = b"".join(m.data for m in call(channel, BS + "Read", pb.bs.ReadRequest(resource_name=f"blobs/{h}/{len(blob)}")))
     if got != blob:
         raise AssertionError(f"read {len(got)} bytes, not the {len(blob)} written")
 

@@ -12,16 +12,17 @@
 # kernel: connecting to the socket (0600 in the 0700 server/ dir) and reading the token. The
 # temp dir above the cache is made 0755 so that only the server's own modes stand in the way.
 #
-# Needs the venv of .ci/install.sh ($CLONESTAGE_TOOLS/venv with grpcio). Prints
-# `transport: ...` summary lines; exits non-zero on any failure.
+# Needs the venv of .ci/install.sh ($CLONESTAGE_TOOLS/venv with grpcio). Prints client.py's
+# lines, then PASS/FAIL per check and "N passed, M failed" (tests/lib/report.sh); exits
+# non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=transport PY_MODULES="grpc"
 # shellcheck source=tests/lib/grpc_server.sh
 . tests/lib/grpc_server.sh
 
-status=0
-"$PY" tests/transport/client.py "$sock" || status=1
+pass_if "transport: client.py (each :authority form, five RPCs each; its lines above)" \
+    "$PY" tests/transport/client.py "$sock"
 
 # --- another uid ---------------------------------------------------------------------------
 if [ "$(id -u)" = 0 ]; then
@@ -33,8 +34,7 @@ if [ "$(id -u)" = 0 ]; then
         if [ -n "$p" ] && as_nobody "$p" -c pass 2>/dev/null; then nobody_py=$p; break; fi
     done
     if [ -z "$nobody_py" ]; then
-        echo "transport: no python that uid 65534 can run" >&2
-        status=1
+        fail "transport: other uid" "no python that uid 65534 can run"
     else
         # Each probe prints "refused" (PermissionError) or what it got instead.
         probe='
@@ -56,16 +56,12 @@ except OSError as e:
         own=$("$nobody_py" -c "$probe" connect "$sock")
         sock_other=$(as_nobody "$nobody_py" -c "$probe" connect "$sock")
         token_other=$(as_nobody "$nobody_py" -c "$probe" read "$cache/server/token")
-        echo "transport: other uid: connect to the socket $sock_other, read the token $token_other (owner's connect: ${own/ALLOWED/allowed})"
-        if [ "$own" != ALLOWED ] || [ "$sock_other" != refused ] || [ "$token_other" != refused ]; then
-            status=1
-        fi
+        pass_if "transport: other uid: connect to the socket $sock_other, read the token $token_other (owner's connect: ${own/ALLOWED/allowed})" \
+            test "$own/$sock_other/$token_other" = ALLOWED/refused/refused
     fi
 else
-    echo "transport: not root: the other-uid check needs setpriv as root" >&2
-    status=1
+    fail "transport: other uid" "not root: the other-uid check needs setpriv as root"
 fi
 
-kill -0 "$pid" 2>/dev/null || { echo "transport: the server died" >&2; cat "$tmp/server.log" >&2; status=1; }
-[ $status = 0 ] && echo "transport: ok" || echo "transport: FAILED"
-exit $status
+server_still_up
+finish

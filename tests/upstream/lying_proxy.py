@@ -9,7 +9,7 @@ gRPC call, as raw bytes, to UPSTREAM. What it changes on the way back, by MODE:
   missing  every ActionResult (GetActionResult) names, for its first output file, a blob
            the upstream does not have (the SHA-256 of other bytes of the same size).
 Everything else passes unchanged, uploads included. Needs only grpcio (the venv of
-.ci/install.sh) and tests/lib/wire.py; it decodes the few fields it touches by hand.
+.ci/install.sh) and tests/lib/pb.py, whose generated messages it decodes and re-encodes.
 """
 
 import hashlib
@@ -19,62 +19,39 @@ from concurrent import futures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import grpc  # noqa: E402
-import wire  # noqa: E402
-
-
-def fields(buf):
-    """[(field, wire type, raw value)] of one message, raw value as bytes or int."""
-    out = []
-    i = 0
-    while i < len(buf):
-        key, i = wire.read_varint(buf, i)
-        field, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = wire.read_varint(buf, i)
-        elif wt == 2:
-            ln, i = wire.read_varint(buf, i)
-            v = bytes(buf[i:i + ln])
-            i += ln
-        elif wt == 1:
-            v = bytes(buf[i:i + 8])
-            i += 8
-        elif wt == 5:
-            v = bytes(buf[i:i + 4])
-            i += 4
-        else:
-            raise ValueError("wire type %d" % wt)
-        out.append((field, wt, v))
-    return out
-
-
-def encode(fs):
-    out = bytearray()
-    for field, wt, v in fs:
-        out += wire.varint(field << 3 | wt)
-        if wt == 0:
-            out += wire.varint(v)
-        elif wt == 2:
-            out += wire.varint(len(v)) + v
-        else:
-            out += v
-    return bytes(out)
-
-
-def edit(buf, field, fn):
-    """buf with fn applied to every length-delimited value of field."""
-    return encode([(f, wt, fn(v) if f == field and wt == 2 else v) for f, wt, v in fields(buf)])
+import pb  # noqa: E402
+from pb import re  # noqa: E402
 
 
 def flip(data):
     return bytes([data[0] ^ 0xFF]) + data[1:] if data else data
 
 
-def fake_digest(digest):
-    """A Digest message naming a blob nobody has: the hash of other bytes, same size."""
-    fs = fields(digest)
-    size = next((v for f, wt, v in fs if f == 2 and wt == 0), 0)
-    h = hashlib.sha256(b"clonestage lying proxy " + digest).hexdigest()
-    return wire.f_bytes(1, h) + (wire.f_varint(2, size) if size else b"")
+def fake_digest(d):
+    """A Digest naming a blob nobody has: the hash of other bytes, same size."""
+    h = hashlib.sha256(b"clonestage lying proxy " + d.SerializeToString()).hexdigest()
+    return re.Digest(hash=h, size_bytes=d.size_bytes)
+
+
+def corrupt_read(resp):
+    m = pb.bs.ReadResponse.FromString(resp)
+    m.data = flip(m.data)
+    return m.SerializeToString()
+
+
+def corrupt_batch(resp):
+    m = re.BatchReadBlobsResponse.FromString(resp)
+    for r in m.responses:
+        r.data = flip(r.data)
+    return m.SerializeToString()
+
+
+def missing_output(resp):
+    """The ActionResult with its first output file's digest replaced by `fake_digest`."""
+    m = re.ActionResult.FromString(resp)
+    if m.output_files:
+        m.output_files[0].digest.CopyFrom(fake_digest(m.output_files[0].digest))
+    return m.SerializeToString()
 
 
 class Proxy(grpc.GenericRpcHandler):
@@ -85,17 +62,11 @@ class Proxy(grpc.GenericRpcHandler):
     def rewrite(self, method, resp):
         if "corrupt" in self.modes:
             if method.endswith("ByteStream/Read"):
-                return edit(resp, 10, flip)  # ReadResponse.data
+                return corrupt_read(resp)
             if method.endswith("BatchReadBlobs"):
-                # BatchReadBlobsResponse.responses[].data
-                return edit(resp, 1, lambda r: edit(r, 2, flip))
+                return corrupt_batch(resp)
         if "missing" in self.modes and method.endswith("ActionCache/GetActionResult"):
-            fs = fields(resp)
-            for n, (f, wt, v) in enumerate(fs):
-                if f == 2 and wt == 2:  # the first OutputFile: its digest (field 2)
-                    fs[n] = (f, wt, edit(v, 2, fake_digest))
-                    break
-            return encode(fs)
+            return missing_output(resp)
         return resp
 
     def service(self, details):

@@ -7,7 +7,7 @@ For every ActionResult in clonestage's local action cache CACHE_DIR/ac/<hh>/<has
 code: GetActionResult must return a result with the same exit code and the same output
 files (path, digest, executable bit), and FindMissingBlobs must find every blob it names
 (output files, output trees, stdout, stderr) present. Prints "N of N results present" and
-exits 0, or prints each difference and exits 1. Needs grpcio and tests/lib/wire.py.
+exits 0, or prints each difference and exits 1. Needs grpcio and tests/lib/pb.py.
 """
 
 import os
@@ -15,47 +15,27 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import grpc  # noqa: E402
-import wire  # noqa: E402
-
-AC = "/build.bazel.remote.execution.v2.ActionCache/GetActionResult"
-FMB = "/build.bazel.remote.execution.v2.ContentAddressableStorage/FindMissingBlobs"
+import pb  # noqa: E402
+from pb import re  # noqa: E402
 
 
-def digest_msg(h, size):
-    return wire.f_bytes(1, h) + (wire.f_varint(2, size) if size else b"")
-
-
-def digest_key(msg):
-    d = wire.decode(msg)
-    return (d.get(1, [b""])[0].decode(), d.get(2, [0])[0])
+def digest_key(d):
+    return (d.hash, d.size_bytes)
 
 
 def summary(result):
     """(exit code, sorted output files, every blob digest it names) of an ActionResult."""
-    r = wire.decode(result)
-    files = []
-    blobs = set()
-    for of in r.get(2, []):
-        o = wire.decode(of)
-        dg = digest_key(o[2][0]) if 2 in o else ("", 0)
-        files.append((o.get(1, [b""])[0].decode(), dg, bool(o.get(4, [0])[0])))
-        blobs.add(dg)
-    for od in r.get(3, []):
-        o = wire.decode(od)
-        if 3 in o:
-            blobs.add(digest_key(o[3][0]))
-    for field in (6, 8):  # stdout_digest, stderr_digest
-        for dg in r.get(field, []):
-            blobs.add(digest_key(dg))
-    blobs.discard(("", 0))
+    r = re.ActionResult.FromString(result)
+    files = sorted((o.path, digest_key(o.digest), o.is_executable) for o in r.output_files)
+    blobs = {dg for _, dg, _ in files}
+    blobs |= {digest_key(od.tree_digest) for od in r.output_directories if od.HasField("tree_digest")}
+    blobs |= {digest_key(d) for d in (r.stdout_digest, r.stderr_digest)}
     blobs = {b for b in blobs if b[1] > 0}  # the empty blob is never stored
-    return r.get(4, [0])[0], sorted(files), blobs
+    return r.exit_code, files, blobs
 
 
 def uploaded(cache, addr, instance):
     channel = grpc.insecure_channel(addr)
-    get = channel.unary_unary(AC)
-    fmb = channel.unary_unary(FMB)
     problems = []
     n = 0
     acdir = os.path.join(cache, "ac")
@@ -67,17 +47,18 @@ def uploaded(cache, addr, instance):
             n += 1
             with open(os.path.join(acdir, sub, name), "rb") as f:
                 local = summary(f.read())
-            req = wire.f_bytes(1, instance) + wire.f_bytes(2, digest_msg(h, int(size)))
+            req = re.GetActionResultRequest(instance_name=instance, action_digest=re.Digest(hash=h, size_bytes=int(size)))
             try:
-                theirs = summary(get(req, timeout=30))
+                theirs = summary(pb.call(channel, pb.V2 + "ActionCache/GetActionResult", req, 30).SerializeToString())
             except grpc.RpcError as e:
                 problems.append("%s: GetActionResult: %s %s" % (name, e.code().name, e.details()))
                 continue
             if theirs[:2] != local[:2]:
                 problems.append("%s: the upstream's result differs: %r vs local %r" % (name, theirs[:2], local[:2]))
                 continue
-            req = wire.f_bytes(1, instance) + b"".join(wire.f_bytes(2, digest_msg(*b)) for b in sorted(local[2]))
-            missing = wire.decode(fmb(req, timeout=30)).get(2, [])
+            req = re.FindMissingBlobsRequest(
+                instance_name=instance, blob_digests=[re.Digest(hash=h, size_bytes=n) for h, n in sorted(local[2])])
+            missing = pb.call(channel, pb.V2 + "ContentAddressableStorage/FindMissingBlobs", req, 30).missing_blob_digests
             if missing:
                 problems.append("%s: the upstream lacks %d of its blobs, e.g. %r" % (name, len(missing), digest_key(missing[0])))
     for p in problems:

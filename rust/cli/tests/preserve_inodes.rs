@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::loop_mount;
+use common::loop_mount::loop_mount;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;

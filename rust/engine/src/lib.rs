@@ -3,16 +3,20 @@
 //! fastest method each device offers (whole-tree clone, file clone, hardlink, copy), with the
 //! permission contract Bazel actions depend on.
 //!
-//! Layout: `cas` (blobs, pins, eviction, the record of Mach-O code blobs), `macho` (telling
-//! Mach-O code from its bytes), `tree` (Merkle encoding, validation, ingest),
-//! `stage` (method choice and building roots), `platform` (the only OS-specific code),
-//! `stats` (counters kept across processes), `ledger` (the one writer of counters, access log
-//! and cost estimates, flushed by whoever runs the stager), `remove` (deleting staged roots),
-//! `shared` (the persistent cache directories linked into roots: compilers' module caches).
+//! Layout, bottom layer first (each imports only from the layers below it; the order is
+//! declared once in `tests/layout/check.py` and drawn in `docs/design/engine.md`):
+//! `digest` and `platform` (the only OS-specific code); `error`; `macho` (telling Mach-O code
+//! from its bytes), `remove` (deleting trees), `stats` (counters kept across processes);
+//! `cas` (blobs, pins, what is stored, the record of Mach-O code blobs: nothing of trees,
+//! stages or the pool); `tree` (Merkle encoding, validation, ingest); `ledger` (the one writer
+//! of counters, access log and cost estimates, flushed by whoever runs the stager) and
+//! `shared` (the persistent cache directories linked into roots: compilers' module caches);
+//! `stage` (method choice, building roots, the pool); `gc` (eviction, which needs them all).
 
 pub mod cas;
 pub mod digest;
 pub mod error;
+pub mod gc;
 pub mod ledger;
 pub mod macho;
 pub mod platform;

@@ -104,24 +104,3 @@ pub(crate) fn first_missing_blob(cache: &Cache, r: &ActionResult) -> Option<Dige
     }
     None
 }
-
-/// Fill `stdout_raw`/`stderr_raw` of a result when asked (both the ActionCache and the
-/// Execution service answer with results) (inline output files are not inlined: optional).
-pub(crate) fn inline_std(cache: &Cache, r: &mut ActionResult, stdout: bool, stderr: bool) {
-    let read = |d: &Option<bazel_remote_apis::build::bazel::remote::execution::v2::Digest>| {
-        d.as_ref()
-            .and_then(|d| clonestage_engine::Digest::from_proto(d).ok())
-            .filter(|d| d.size <= 1024 * 1024)
-            .and_then(|d| cache.read(&d).ok().flatten())
-    };
-    if stdout {
-        if let Some(b) = read(&r.stdout_digest) {
-            r.stdout_raw = b;
-        }
-    }
-    if stderr {
-        if let Some(b) = read(&r.stderr_digest) {
-            r.stderr_raw = b;
-        }
-    }
-}

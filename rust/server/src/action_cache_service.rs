@@ -6,8 +6,9 @@
 //! With an upstream (`upstream`), a local miss asks it (read-through), and with
 //! `--upstream-write all` an updated result is queued for upload too.
 
-use crate::ac_store::inline_std;
 use crate::failure::{blocking, check_digest_function, digest_arg, Failure};
+use crate::inline_std::inline_std;
+use crate::server_counters;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use pb::action_cache_server::ActionCache;
@@ -42,11 +43,11 @@ impl ActionCache for ActionCacheService {
             })
             .await?;
             if let Some(r) = r {
-                self.state.count("action_cache_hits");
+                self.state.count(server_counters::ACTION_CACHE_HITS);
                 return Ok(Response::new(r));
             }
         }
-        self.state.count("action_cache_misses");
+        self.state.count(server_counters::ACTION_CACHE_MISSES);
         // A local miss asks the team's cache (bounded; nothing with its breaker open).
         if let Some(up) = &self.state.upstream {
             if let Some(r) = up.lookup(&self.state.ac, d).await {
@@ -98,7 +99,7 @@ impl ActionCache for ActionCacheService {
                 });
             }
             state.ac.put(&d, &result)?;
-            state.count("action_cache_updates");
+            state.count(server_counters::ACTION_CACHE_UPDATES);
             Ok(result)
         })
         .await?;

@@ -16,19 +16,20 @@ use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
 /// The header Bazel sends with `--remote_exec_header=x-clonestage-token=...` and the same
 /// `--remote_cache_header`.
 pub const TOKEN_HEADER: &str = "x-clonestage-token";
 
-/// 32 bytes from /dev/urandom as 64 hex digits.
+/// `bytes` bytes from /dev/urandom as lower-case hex digits (32 bytes: the 64-digit token).
 pub(crate) fn random_hex(bytes: usize) -> Result<String> {
     let mut buf = vec![0u8; bytes];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut buf))
         .context("read /dev/urandom")?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(buf))
 }
 
 /// Make a fresh token and write it (0600, replacing any older one atomically).
@@ -135,9 +136,10 @@ pub(crate) fn write_bazelrc(path: &Path, cache: &Path, port: u16, token: &str) -
 /// every command that reads this file (it still inherits the `build` lines).
 const BUILD_LIKE: [&str; 5] = ["test", "run", "coverage", "cquery", "aquery"];
 
-/// Compare without an early exit, so response time does not tell how much of a guess matched.
+/// Compare in constant time, so response time does not tell how much of a guess matched (the
+/// length may show; every token is 64 hex digits).
 fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(a.ct_eq(b))
 }
 
 /// A tonic interceptor refusing requests without the right token (UNAUTHENTICATED).

@@ -4,7 +4,8 @@
 //! when the cache is above the limit (the high watermark), whatever is running, or above the
 //! low watermark while the server is idle (no action, upload cleanup or work-dir removal):
 //! shared directories first, least recently linked first, and only while idle (a directory a
-//! root holds is never cleared); then least-recently-used blobs with the engine's `Cache::gc`. What a
+//! root holds is never cleared); then, with the engine's collector (`clonestage_engine::gc`), the
+//! pool's ready copies and least-recently-used blobs. What a
 //! running action pins (its input root and everything it reaches) is never evicted; an
 //! ActionResult whose blobs were evicted then reads as absent (`ac_store`), so Bazel runs or
 //! uploads again.
@@ -15,8 +16,9 @@
 //! large disks. A tick stats every blob (one readdir per shard, one stat per blob); gc holds
 //! `gc.lock`, so stages wait for it to finish before pinning.
 
+use crate::server_counters;
 use crate::state::State;
-use clonestage_engine::cas::GcReport;
+use clonestage_engine::gc::{self, GcReport, Pooled};
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -77,9 +79,11 @@ pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
             shared = shared.saturating_sub(e.bytes);
             let ledger = state.stager.ledger();
             ledger.add(|c| {
-                *c.extra.entry("shared_dir_evictions".into()).or_default() += e.dirs;
                 *c.extra
-                    .entry("shared_dir_evicted_bytes".into())
+                    .entry(server_counters::SHARED_DIR_EVICTIONS.into())
+                    .or_default() += e.dirs;
+                *c.extra
+                    .entry(server_counters::SHARED_DIR_EVICTED_BYTES.into())
                     .or_default() += e.bytes;
             });
             tracing::info!(
@@ -93,19 +97,17 @@ pub(crate) fn tick(state: &State, limits: &Limits) -> Option<GcReport> {
             return None;
         }
     }
-    // Pooled copies go first: each holds a pin that keeps every blob it links.
-    if let Some(pool) = state.stager.pool() {
-        let n = pool.drain();
-        if n > 0 {
-            tracing::info!(
-                copies = n,
-                "dropped the pool's ready copies before evicting"
-            );
-        }
-    }
+    // The engine's collector drops the pool's ready copies first (each pins what it links).
     // What the shared directories still hold counts against the limit too.
-    match state.cache.gc(limits.low.saturating_sub(shared)) {
+    let pool = Pooled::Mine(state.stager.pool().map(|p| &**p));
+    match gc::collect(&state.cache, pool, limits.low.saturating_sub(shared)) {
         Ok(r) => {
+            if let Some(n @ 1..) = r.pooled_dropped {
+                tracing::info!(
+                    copies = n,
+                    "dropped the pool's ready copies before evicting"
+                );
+            }
             tracing::info!(
                 before = r.bytes_before,
                 after = r.bytes_after,

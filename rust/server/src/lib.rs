@@ -4,19 +4,19 @@
 //! `clonestage-spawn` wrapper. Issue 3 is the spec.
 //!
 //! Layout: `server` (start/stop, signals), `state` (what the services share), `listen`,
-//! `auth`, `lock`, `layout` (files in the cache), `address` (`clonestage address`), one module
+//! `auth`, `lock`, `layout` (files in the cache), one module
 //! per service, each owning what only it uses (`capabilities`, `cas_service`, `bytestream`,
 //! `action_cache_service` over `ac_store`, `execution`), `upstream` (a team's cache
 //! behind this one), `failure` (how failures reach
 //! clients), `server_counters` (server counters in stats.json), `zstd` (the codec of
 //! ByteStream and the CAS batch calls), `eviction` (the cache's size limit), `apple_probe`
 //! (the Apple environment an action would get, for `clonestage doctor`). README.md draws
-//! an Execute's path through them.
+//! an Execute's path through them. Apart from the serving code: `client`, what the CLI asks
+//! of a running server (address, status, stop), which the serving code never imports.
 
 mod ac_store;
 mod action_cache_service;
 mod activity;
-mod address;
 mod answer_grace;
 mod apple_probe;
 mod auth;
@@ -24,33 +24,33 @@ mod bytestream;
 mod capabilities;
 mod cas_service;
 mod checks;
+pub mod client;
 mod eviction;
 mod execution;
 mod failure;
+mod inline_std;
 mod layout;
 mod ledger_flush;
 mod listen;
 mod result_digests;
 mod rpc_timing;
 mod server;
-mod server_counters;
+pub mod server_counters;
 mod server_lock;
 mod state;
-mod stop;
 mod upstream;
 mod zstd;
 
-pub use address::{check_same_version, running, RunningServer, VersionMismatch};
 pub use apple_probe::{apple_probe, AppleProbe};
 pub use auth::TOKEN_HEADER;
 pub use bytestream::{UploadGauge, UPLOAD_SESSIONS_PER_CLIENT};
 pub use capabilities::{MAX_BATCH_TOTAL_SIZE, MAX_MESSAGE_SIZE};
+pub use execution::ready_dirs::is_ready_work_dir;
 pub use execution::spawn::{locate as locate_spawn_wrapper, SpawnStats, WRAPPER_NAME};
 pub use failure::{PreconditionFailure, Violation, PRECONDITION_FAILURE_TYPE};
 pub use listen::unix_target;
 pub use server::{start, ServerHandle, DRAIN_GRACE};
 pub use server_counters::{stage_percentiles, STAGE_BUCKETS_US};
-pub use stop::{stop, Stopped};
 pub use upstream::{UpstreamOptions, WriteMode};
 
 use std::path::{Path, PathBuf};
@@ -58,11 +58,8 @@ use std::path::{Path, PathBuf};
 /// This build's version (the workspace's): what a server writes to `<cache>/server/version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-// The server must run on clonestage's patched h2 (rust/third_party/h2/PATCH.md: without it every
-// call on the unix socket is refused). This names an item only that h2 has, so a build that
-// lost the patch fails here, at compile time. Cargo: run cargo from inside the checkout (the
-// [patch] is in its .cargo/config.toml, which cargo finds from the working directory, not from
-// --manifest-path). Bazel: MODULE.bazel's crate.annotation for h2 applies the patch.
+// Only the patched h2 has this item, so a build that lost the patch fails to compile here:
+// rust/third_party/h2/PATCH.md.
 const _: () = h2::CLONESTAGE_PATCHED_ANY_AUTHORITY;
 
 /// Options of `clonestage serve`.
@@ -103,32 +100,7 @@ pub fn upstream_queue_len(cache_dir: &Path) -> Option<u64> {
     upstream::Upstream::queue_len(cache_dir)
 }
 
-/// What the server running on this cache says of its upstream (`clonestage status`):
-/// `URL (instance "NAME", write MODE)`, or None when it has none.
-pub fn upstream_description(cache_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(layout::Layout::new(cache_dir).upstream()).ok()?;
-    Some(text.trim().to_string()).filter(|t| !t.is_empty())
-}
-
 /// Run the server until SIGTERM/SIGINT (then drain running actions; a second signal cancels).
 pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     server::serve_blocking(opts)
-}
-
-/// The Bazel flags that reach the running server for this cache, one per element: the unix
-/// socket's executor, or (`tcp`) the loopback executor alone. The TCP token is never printed:
-/// Bazel reads it from `tcp_bazelrc`. Errors when no server is running or ready.
-pub fn address(cache_dir: &Path, tcp: bool) -> anyhow::Result<Vec<String>> {
-    let form = if tcp {
-        address::AddressForm::Tcp
-    } else {
-        address::AddressForm::Unix
-    };
-    address::address(cache_dir, form)
-}
-
-/// The private (0600) Bazel rc file holding the TCP executor and token of the server running
-/// on this cache: what `bazel --bazelrc=` or `try-import` takes. Errors like `address`.
-pub fn tcp_bazelrc(cache_dir: &Path) -> anyhow::Result<PathBuf> {
-    address::tcp_bazelrc(cache_dir)
 }

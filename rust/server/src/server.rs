@@ -190,20 +190,10 @@ pub async fn start(opts: ServeOptions) -> Result<ServerHandle> {
             let _ = std::fs::remove_file(layout.upstream());
         }
     }
-    exec.start_janitor().context("start the work-dir janitor")?;
-    {
-        // Pooled copies are built by the janitor while fewer actions run than the job limit.
-        let weak = Arc::downgrade(&state);
-        let jobs = opts.jobs.max(1);
-        exec.janitor.set_builder(Box::new(move |running| {
-            let Some(state) = weak.upgrade() else {
-                return false;
-            };
-            running < jobs
-                && !state.is_draining()
-                && matches!(state.stager.build_pooled(), Ok(Some(_)))
-        }));
-    }
+    // The janitor also keeps work dirs ready and builds pooled copies while fewer actions run
+    // than the job limit.
+    exec.start_janitor(&state, opts.jobs)
+        .context("start the work-dir janitor")?;
     state.ledger_flush.start();
     let evict = crate::eviction::Limits::new(
         opts.max_size
@@ -263,7 +253,7 @@ impl ServerHandle {
     }
 
     /// Run one eviction check now, as the background thread does (tests; see `eviction`).
-    pub async fn evict_now(&self) -> Option<clonestage_engine::cas::GcReport> {
+    pub async fn evict_now(&self) -> Option<clonestage_engine::gc::GcReport> {
         let (state, limits) = (self.state.clone(), self.evict);
         tokio::task::spawn_blocking(move || crate::eviction::tick(&state, &limits))
             .await

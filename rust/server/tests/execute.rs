@@ -6,6 +6,7 @@ mod common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;
+use clonestage_server::server_counters;
 use common::*;
 use prost::Message;
 use tonic::Code;
@@ -201,7 +202,7 @@ async fn runs_a_command_and_collects_every_kind_of_output() {
     );
     s.idle().await;
     let counters = clonestage_engine::stats::load(&s.cache()).unwrap();
-    assert_eq!(counters.extra["actions"], 2);
+    assert_eq!(counters.extra[server_counters::ACTIONS], 2);
     assert_eq!(clonestage_server::stage_percentiles(&counters).len(), 3);
     s.stop().await;
 }
@@ -347,7 +348,7 @@ async fn malformed_trees_are_refused_and_create_nothing() {
     assert_eq!(before, after, "nothing created beside the cache");
     s.idle().await;
     let counters = clonestage_engine::stats::load(&s.cache()).unwrap();
-    assert_eq!(counters.extra["action_errors"], 5);
+    assert_eq!(counters.extra[server_counters::ACTION_ERRORS], 5);
     s.stop().await;
 }
 
@@ -382,7 +383,7 @@ async fn timeout_answers_deadline_exceeded_with_the_partial_result() {
     assert_eq!(err.code(), Code::NotFound);
     s.idle().await;
     assert_eq!(
-        clonestage_engine::stats::load(&s.cache()).unwrap().extra["action_timeouts"],
+        clonestage_engine::stats::load(&s.cache()).unwrap().extra[server_counters::ACTION_TIMEOUTS],
         1
     );
     s.stop().await;
@@ -462,8 +463,8 @@ async fn action_cache_hits_skip_lookup_and_do_not_cache() {
     s.idle().await;
 
     let counters = clonestage_engine::stats::load(&s.cache()).unwrap();
-    assert_eq!(counters.extra["action_cache_hits"], 2);
-    assert_eq!(counters.extra["action_failures"], 2);
+    assert_eq!(counters.extra[server_counters::ACTION_CACHE_HITS], 2);
+    assert_eq!(counters.extra[server_counters::ACTION_FAILURES], 2);
     s.stop().await;
 }
 

@@ -9,6 +9,7 @@ mod common;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::stage::{CodePolicy, PreserveInodes};
 use clonestage_engine::Digest;
+use common::loop_mount::loop_mount;
 use common::*;
 use prost::Message;
 use std::os::unix::fs::MetadataExt;

@@ -3,6 +3,7 @@
 mod common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
+use clonestage_server::client::{self, AddressForm};
 use common::*;
 use pb::capabilities_client::CapabilitiesClient;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -81,20 +82,20 @@ async fn files_are_private_and_address_prints_bazel_flags() {
     assert_eq!(pid, std::process::id());
     assert_eq!(port, s.handle().tcp_port());
 
-    let unix = clonestage_server::address(&s.cache(), false).unwrap();
+    let unix = client::address(&s.cache(), AddressForm::Unix).unwrap();
     assert_eq!(
         unix,
         vec![format!("--remote_executor=unix:{}", sock.display())]
     );
     // The token is a secret: never printed (a printed flag ends up in some argv), only in the
     // private rc file Bazel reads.
-    let tcp = clonestage_server::address(&s.cache(), true).unwrap();
+    let tcp = client::address(&s.cache(), AddressForm::Tcp).unwrap();
     assert_eq!(
         tcp,
         vec![format!("--remote_executor=grpc://127.0.0.1:{port}")]
     );
     let token = s.handle().token().to_string();
-    let rc = clonestage_server::tcp_bazelrc(&s.cache()).unwrap();
+    let rc = client::tcp_bazelrc(&s.cache()).unwrap();
     assert_eq!(rc, server.join("tcp.bazelrc"));
     assert_eq!(mode(&rc), 0o600);
     let text = std::fs::read_to_string(&rc).unwrap();
@@ -116,7 +117,7 @@ async fn files_are_private_and_address_prints_bazel_flags() {
     // a copy of every descriptor, this lock's too, for a moment: poll, bounded.
     let t0 = std::time::Instant::now();
     let err = loop {
-        match clonestage_server::address(&s.cache(), false) {
+        match client::address(&s.cache(), AddressForm::Unix) {
             Err(e) => break e.to_string(),
             Ok(a) if t0.elapsed().as_secs() >= 5 => panic!("still running after stop: {a:?}"),
             Ok(_) => std::thread::sleep(std::time::Duration::from_millis(5)),

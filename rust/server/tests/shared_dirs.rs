@@ -10,6 +10,7 @@ mod common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;
+use clonestage_server::server_counters;
 use common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -131,7 +132,7 @@ async fn a_crash_on_a_corrupt_module_clears_the_directory_and_runs_the_action_on
     assert_eq!(r.exit_code, 0, "recovered: {err}");
     assert_eq!(out, "again built\n", "ran again on an empty cache");
     assert_eq!(
-        counter_reaches(&s.cache(), "shared_dir_recoveries", 1).await,
+        counter_reaches(&s.cache(), server_counters::SHARED_DIR_RECOVERIES, 1).await,
         1
     );
     // An ordinary failure naming the directory is the action's own: no recovery.
@@ -139,7 +140,10 @@ async fn a_crash_on_a_corrupt_module_clears_the_directory_and_runs_the_action_on
     assert_eq!(run(&s, &plain).await.0.exit_code, 1);
     s.idle().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(counters(&s.cache()).get("shared_dir_recoveries"), Some(&1));
+    assert_eq!(
+        counters(&s.cache()).get(server_counters::SHARED_DIR_RECOVERIES),
+        Some(&1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,10 +161,13 @@ async fn an_action_that_crashes_on_every_run_fails_after_one_rerun() {
         "the rerun found the cache empty: {err}"
     );
     assert_eq!(
-        counter_reaches(&s.cache(), "shared_dir_recoveries_failed", 1).await,
+        counter_reaches(&s.cache(), server_counters::SHARED_DIR_RECOVERIES_FAILED, 1).await,
         1
     );
-    assert_eq!(counters(&s.cache()).get("shared_dir_recoveries"), Some(&1));
+    assert_eq!(
+        counters(&s.cache()).get(server_counters::SHARED_DIR_RECOVERIES),
+        Some(&1)
+    );
     // Not cached: a later Execute runs it again (and recovers once again).
     let mut c = s.clients().await;
     let a = action(&mut c, &always).await;
@@ -250,10 +257,10 @@ async fn the_directory_counts_toward_max_size_and_is_cleared_only_while_idle() {
     s.handle().evict_now().await;
     assert!(!d.join("big.pcm").exists(), "an idle check clears it");
     assert_eq!(
-        counter_reaches(&s.cache(), "shared_dir_evictions", 1).await,
+        counter_reaches(&s.cache(), server_counters::SHARED_DIR_EVICTIONS, 1).await,
         1
     );
-    assert!(counters(&s.cache())["shared_dir_evicted_bytes"] >= 300_000);
+    assert!(counters(&s.cache())[server_counters::SHARED_DIR_EVICTED_BYTES] >= 300_000);
 }
 
 async fn c_read(s: &TestServer, r: &pb::ActionResult) -> Vec<u8> {

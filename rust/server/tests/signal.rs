@@ -3,6 +3,7 @@
 
 mod common;
 
+use clonestage_server::client::{self, AddressForm};
 use common::*;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ fn serve_stops_on_sigterm() {
     let cache = opts.cache_dir.clone();
     let server = std::thread::spawn(move || clonestage_server::serve(opts));
     let t0 = Instant::now();
-    while clonestage_server::address(&cache, true).is_err() {
+    while client::address(&cache, AddressForm::Tcp).is_err() {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "server did not become ready"
@@ -29,7 +30,7 @@ fn serve_stops_on_sigterm() {
         .join()
         .unwrap()
         .expect("serve() returns Ok after SIGTERM");
-    let err = clonestage_server::address(&cache, false)
+    let err = client::address(&cache, AddressForm::Unix)
         .unwrap_err()
         .to_string();
     assert!(err.contains("no clonestage server is running"), "{err}");

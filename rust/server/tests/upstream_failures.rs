@@ -10,6 +10,7 @@ mod common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::{Cache, Digest};
+use clonestage_server::server_counters;
 use clonestage_server::UpstreamOptions;
 use common::fake_upstream::{down_url, stalled_url, FakeUpstream, Mode};
 use common::*;
@@ -84,20 +85,21 @@ async fn four_builds(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn down_upstream_builds_stay_green() {
     let k = four_builds(&down_url(), QUICK, |_| {}).await;
-    assert_eq!(k["actions"], 4);
-    assert!(k["upstream_errors"] >= 3, "{k:?}");
-    assert_eq!(k["upstream_breaker_opens"], 1, "{k:?}");
+    assert_eq!(k[server_counters::ACTIONS], 4);
+    assert!(k[server_counters::UPSTREAM_ERRORS] >= 3, "{k:?}");
+    assert_eq!(k[server_counters::UPSTREAM_BREAKER_OPENS], 1, "{k:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_upstream_builds_stay_green() {
     let k = four_builds(&stalled_url(), QUICK, |_| {}).await;
-    assert_eq!(k["actions"], 4);
+    assert_eq!(k[server_counters::ACTIONS], 4);
     assert_eq!(
-        k["upstream_errors"], 1,
+        k[server_counters::UPSTREAM_ERRORS],
+        1,
         "one unanswered lookup opens the breaker at once (each costs a timeout): {k:?}"
     );
-    assert_eq!(k["upstream_breaker_opens"], 1, "{k:?}");
+    assert_eq!(k[server_counters::UPSTREAM_BREAKER_OPENS], 1, "{k:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,14 +107,14 @@ async fn erroring_upstream_is_asked_three_times_then_left_alone() {
     let up = FakeUpstream::start().await;
     up.set_mode(Mode::Errors);
     let k = four_builds(&up.url, PATIENT, |_| {}).await;
-    assert_eq!(k["actions"], 4);
+    assert_eq!(k[server_counters::ACTIONS], 4);
     assert_eq!(
         up.calls("GetActionResult"),
         3,
         "breaker open after 3 failures"
     );
-    assert_eq!(k["upstream_breaker_opens"], 1, "{k:?}");
-    assert_eq!(k.get("upstream_ac_hits"), None);
+    assert_eq!(k[server_counters::UPSTREAM_BREAKER_OPENS], 1, "{k:?}");
+    assert_eq!(k.get(server_counters::UPSTREAM_AC_HITS), None);
 }
 
 /// A result the upstream claims for `act`, naming `blob`.
@@ -153,9 +155,9 @@ async fn wrong_bytes_never_enter_the_local_cache() {
     );
     assert!(cache.verify().unwrap().1.is_empty());
     let k = clonestage_engine::stats::load(&s.cache()).unwrap().extra;
-    assert!(k["upstream_rejected"] >= 2, "{k:?}");
-    assert_eq!(k["actions"], 2);
-    assert_eq!(k.get("upstream_ac_hits"), None);
+    assert!(k[server_counters::UPSTREAM_REJECTED] >= 2, "{k:?}");
+    assert_eq!(k[server_counters::ACTIONS], 2);
+    assert_eq!(k.get(server_counters::UPSTREAM_AC_HITS), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,9 +169,9 @@ async fn a_result_naming_a_missing_blob_is_rejected() {
         fake.data.lock().unwrap().ac.insert(act, planted(absent));
     })
     .await;
-    assert_eq!(k["actions"], 4);
-    assert!(k["upstream_rejected"] >= 3, "{k:?}");
-    assert_eq!(k.get("upstream_ac_hits"), None);
+    assert_eq!(k[server_counters::ACTIONS], 4);
+    assert!(k[server_counters::UPSTREAM_REJECTED] >= 3, "{k:?}");
+    assert_eq!(k.get(server_counters::UPSTREAM_AC_HITS), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +181,7 @@ async fn grpcs_to_a_plaintext_server_fails_cleanly() {
     let up = FakeUpstream::start().await;
     let url = up.url.replace("grpc://", "grpcs://");
     let k = four_builds(&url, PATIENT, |_| {}).await;
-    assert_eq!(k["actions"], 4);
-    assert!(k["upstream_errors"] >= 3, "{k:?}");
+    assert_eq!(k[server_counters::ACTIONS], 4);
+    assert!(k[server_counters::UPSTREAM_ERRORS] >= 3, "{k:?}");
     assert_eq!(up.calls("GetActionResult"), 0);
 }

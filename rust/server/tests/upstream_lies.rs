@@ -10,6 +10,7 @@ mod common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;
+use clonestage_server::server_counters as counters;
 use clonestage_server::UpstreamOptions;
 use common::fake_upstream::FakeUpstream;
 use common::*;
@@ -181,9 +182,13 @@ async fn no_lie_of_the_upstream_enters_the_local_cache() {
         assert_eq!(local(&stored), local(&r), "{case}");
         s.stop().await;
         let k = counters(&s.cache());
-        assert_eq!(k.get("upstream_rejected"), Some(&1), "{case}: {k:?}");
-        assert_eq!(k.get("upstream_ac_hits"), None, "{case}: {k:?}");
-        assert_eq!(k["actions"], 1, "{case}: {k:?}");
+        assert_eq!(
+            k.get(counters::UPSTREAM_REJECTED),
+            Some(&1),
+            "{case}: {k:?}"
+        );
+        assert_eq!(k.get(counters::UPSTREAM_AC_HITS), None, "{case}: {k:?}");
+        assert_eq!(k[counters::ACTIONS], 1, "{case}: {k:?}");
         assert!(
             clonestage_engine::Cache::open(&s.cache())
                 .unwrap()
@@ -219,8 +224,8 @@ async fn a_result_whose_command_the_upstream_lacks_is_refused_without_tripping_t
     assert_eq!(up.calls("GetActionResult"), 4, "the breaker opened");
     s.stop().await;
     let k = counters(&s.cache());
-    assert_eq!(k.get("upstream_rejected"), Some(&4), "{k:?}");
-    assert_eq!(k.get("upstream_breaker_opens"), None, "{k:?}");
+    assert_eq!(k.get(counters::UPSTREAM_REJECTED), Some(&4), "{k:?}");
+    assert_eq!(k.get(counters::UPSTREAM_BREAKER_OPENS), None, "{k:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,5 +253,5 @@ async fn a_result_made_here_that_bazel_would_refuse_is_answered_and_not_cached()
         assert_eq!(got.is_ok(), cached, "{cmd:?}: {got:?}");
     }
     s.stop().await;
-    assert_eq!(counters(&s.cache())["results_not_cached"], 2);
+    assert_eq!(counters(&s.cache())[counters::RESULTS_NOT_CACHED], 2);
 }

@@ -12,6 +12,7 @@ mod common;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;
+use clonestage_server::server_counters;
 use clonestage_server::{UpstreamOptions, WriteMode};
 use common::fake_upstream::{down_url, FakeUpstream};
 use common::*;
@@ -116,16 +117,26 @@ async fn b_serves_a_result_without_running_it() {
     a.stop().await;
     b.stop().await;
     let ka = counters(&a.cache());
-    assert_eq!(ka["actions"], 1);
-    assert_eq!(ka["upstream_results_uploaded"], 1);
-    assert!(ka["upstream_blobs_uploaded"] >= 4, "{ka:?}");
-    assert!(ka["upstream_bytes_uploaded"] >= 2 << 20, "{ka:?}");
-    assert_eq!(ka.get("upstream_ac_misses"), Some(&1));
+    assert_eq!(ka[server_counters::ACTIONS], 1);
+    assert_eq!(ka[server_counters::UPSTREAM_RESULTS_UPLOADED], 1);
+    assert!(ka[server_counters::UPSTREAM_BLOBS_UPLOADED] >= 4, "{ka:?}");
+    assert!(
+        ka[server_counters::UPSTREAM_BYTES_UPLOADED] >= 2 << 20,
+        "{ka:?}"
+    );
+    assert_eq!(ka.get(server_counters::UPSTREAM_AC_MISSES), Some(&1));
     let kb = counters(&b.cache());
-    assert_eq!(kb.get("actions"), None, "B never ran it: {kb:?}");
-    assert_eq!(kb["upstream_ac_hits"], 1);
-    assert!(kb["upstream_bytes_fetched"] >= 2 << 20, "{kb:?}");
-    assert_eq!(kb.get("upstream_rejected"), None);
+    assert_eq!(
+        kb.get(server_counters::ACTIONS),
+        None,
+        "B never ran it: {kb:?}"
+    );
+    assert_eq!(kb[server_counters::UPSTREAM_AC_HITS], 1);
+    assert!(
+        kb[server_counters::UPSTREAM_BYTES_FETCHED] >= 2 << 20,
+        "{kb:?}"
+    );
+    assert_eq!(kb.get(server_counters::UPSTREAM_REJECTED), None);
     assert!(clonestage_engine::Cache::open(&b.cache())
         .unwrap()
         .verify()
@@ -274,8 +285,8 @@ async fn the_queue_survives_a_restart() {
     wait_for("the queue to empty", || !entry.exists()).await;
     a.stop().await;
     let k = counters(&a.cache());
-    assert_eq!(k["upstream_results_uploaded"], 1);
-    assert!(k["upstream_upload_retries"] >= 1, "{k:?}");
+    assert_eq!(k[server_counters::UPSTREAM_RESULTS_UPLOADED], 1);
+    assert!(k[server_counters::UPSTREAM_UPLOAD_RETRIES] >= 1, "{k:?}");
     assert_eq!(clonestage_server::upstream_queue_len(&a.cache()), Some(0));
 }
 

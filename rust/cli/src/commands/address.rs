@@ -9,6 +9,7 @@
 
 use crate::bazel::{rc_word, settings, Version};
 use crate::launch::FIRST_UNIX_MAJOR;
+use clonestage_server::client::{self, AddressForm};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -29,17 +30,15 @@ pub enum AddressMode {
 /// another clonestage version (tools/bazel then restarts it with its own).
 pub fn address(cache: &Path, mode: AddressMode, same_version: bool) -> anyhow::Result<ExitCode> {
     if same_version {
-        if let Err(m) = clonestage_server::check_same_version(cache) {
+        if let Err(m) = client::check_same_version(cache) {
             eprintln!("clonestage: {m}");
             return Ok(ExitCode::from(4));
         }
     }
     let lines = match &mode {
-        AddressMode::Unix => clonestage_server::address(cache, false),
-        AddressMode::Tcp => clonestage_server::address(cache, true),
-        AddressMode::Bazelrc => {
-            clonestage_server::tcp_bazelrc(cache).map(|p| vec![p.display().to_string()])
-        }
+        AddressMode::Unix => client::address(cache, AddressForm::Unix),
+        AddressMode::Tcp => client::address(cache, AddressForm::Tcp),
+        AddressMode::Bazelrc => client::tcp_bazelrc(cache).map(|p| vec![p.display().to_string()]),
         AddressMode::ForBazel(version) => {
             let Some(v) = Version::parse(version) else {
                 eprintln!(
@@ -80,10 +79,10 @@ pub fn address(cache: &Path, mode: AddressMode, same_version: bool) -> anyhow::R
 /// across server restarts; then the settings only some releases have, as `build:clonestage`.
 fn rc_lines(cache: &Path, v: Version) -> anyhow::Result<Vec<String>> {
     let mut lines = vec![if v.major >= FIRST_UNIX_MAJOR {
-        let flag = clonestage_server::address(cache, false)?.remove(0);
+        let flag = client::address(cache, AddressForm::Unix)?.remove(0);
         format!("build {}", rc_word(&flag))
     } else {
-        let path = clonestage_server::tcp_bazelrc(cache)?;
+        let path = client::tcp_bazelrc(cache)?;
         format!("try-import {}", rc_word(&path.display().to_string()))
     }];
     lines.extend(

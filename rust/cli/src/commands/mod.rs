@@ -61,14 +61,15 @@ pub fn verify(cache: &Path) -> anyhow::Result<ExitCode> {
 }
 
 pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
+    use clonestage_engine::gc;
     let c = open(cache)?;
     // Pooled copies go first (each pins what it links); a running server's are its own.
-    let running = || matches!(clonestage_server::running(cache), Ok(Some(_)));
-    match clonestage_engine::stage::pool::empty_stale(&c, running)? {
+    let running = || matches!(clonestage_server::client::running(cache), Ok(Some(_)));
+    let r = gc::collect(&c, gc::Pooled::Stale(&running), max_size)?;
+    match r.pooled_dropped {
         Some(n) => println!("removed {n} stale pooled copies"),
         None => println!("a server holds this cache: its pooled copies are dropped by its own eviction (serve --max-size)"),
     }
-    let r = c.gc(max_size)?;
     println!(
         "{} -> {} bytes; evicted {} blobs, {} subtrees; kept {} pinned ({} pinned roots)",
         r.bytes_before,
@@ -84,8 +85,8 @@ pub fn gc(cache: &Path, max_size: u64) -> anyhow::Result<ExitCode> {
 /// `clonestage stop`: 0 once the server released the cache, 3 when none was running, 1 when
 /// it still runs after `timeout_s`.
 pub fn stop(cache: &Path, timeout_s: u64) -> anyhow::Result<ExitCode> {
-    use clonestage_server::Stopped;
-    match clonestage_server::stop(cache, std::time::Duration::from_secs(timeout_s))? {
+    use clonestage_server::client::Stopped;
+    match clonestage_server::client::stop(cache, std::time::Duration::from_secs(timeout_s))? {
         Stopped::Stopped(pid) => {
             println!("stopped the server for {} (pid {pid})", cache.display());
             Ok(ExitCode::SUCCESS)

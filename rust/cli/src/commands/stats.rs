@@ -1,6 +1,7 @@
 //! `clonestage stats [--json]`: the counters every process sharing the cache has recorded.
 
 use clonestage_engine::stats;
+use clonestage_server::server_counters;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -14,7 +15,7 @@ pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
             v[format!("stage_p{p}_us")] = (*us).into();
         }
         if let Some(n) = clonestage_server::upstream_queue_len(c.root()) {
-            v["upstream_queue_len"] = n.into();
+            v[server_counters::UPSTREAM_QUEUE_LEN] = n.into();
         }
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
@@ -58,11 +59,11 @@ pub fn stats(cache: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let mut extra = s.extra.clone();
     // A gauge, not a counter: what waits in the upload queue now.
     if let Some(n) = clonestage_server::upstream_queue_len(c.root()) {
-        extra.insert("upstream_queue_len".into(), n);
+        extra.insert(server_counters::UPSTREAM_QUEUE_LEN.into(), n);
     }
     let server: Vec<_> = extra
         .iter()
-        .filter(|(k, _)| !k.starts_with("stage_us_le_"))
+        .filter(|(k, _)| !k.starts_with(server_counters::STAGE_US_LE))
         .collect();
     if !server.is_empty() {
         println!("server:");

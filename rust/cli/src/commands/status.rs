@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 pub fn status(cache: &Path) -> anyhow::Result<ExitCode> {
-    let server = clonestage_server::running(cache)?;
+    let server = clonestage_server::client::running(cache)?;
     let up = matches!(&server, Some(s) if s.tcp_port.is_some());
     if !cache.exists() {
         println!("cache: {} (does not exist yet)", cache.display());
@@ -58,7 +58,7 @@ pub fn status(cache: &Path) -> anyhow::Result<ExitCode> {
     // The running server's team cache (`--upstream`), as it wrote it at start.
     match server
         .as_ref()
-        .and_then(|_| clonestage_server::upstream_description(cache))
+        .and_then(|_| clonestage_server::client::upstream_description(cache))
     {
         Some(d) => println!("upstream: {d}"),
         None => println!("upstream: none"),

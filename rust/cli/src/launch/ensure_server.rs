@@ -19,7 +19,7 @@
 use crate::launch::detach::{self, Detached, EXIT_LINE_PREFIX};
 use crate::launch::upstream::{self, Settings};
 use clonestage_engine::platform::{open_lock, try_lock, LockMode};
-use clonestage_server::RunningServer;
+use clonestage_server::client::RunningServer;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ pub fn ensure(s: &Start, say: &mut dyn FnMut(String)) -> Result<RunningServer, P
         say,
     )?;
     let mut replaced = false;
-    match clonestage_server::running(s.cache) {
+    match clonestage_server::client::running(s.cache) {
         Ok(Some(r)) if r.tcp_port.is_some() && r.version.as_deref() == Some(OURS) => return Ok(r),
         Ok(Some(r)) if r.tcp_port.is_some() => {
             replace(s, &r, say)?;
@@ -84,7 +84,7 @@ pub fn ensure(s: &Start, say: &mut dyn FnMut(String)) -> Result<RunningServer, P
 const OURS: &str = crate::dirs::VERSION;
 
 fn ready_ours(cache: &Path) -> Option<RunningServer> {
-    match clonestage_server::running(cache) {
+    match clonestage_server::client::running(cache) {
         Ok(Some(r)) if r.tcp_port.is_some() && r.version.as_deref() == Some(OURS) => Some(r),
         _ => None,
     }
@@ -150,8 +150,8 @@ fn replace(s: &Start, r: &RunningServer, say: &mut dyn FnMut(String)) -> Result<
         s.helper.display()
     ));
     let timeout = seconds(s.env, "CLONESTAGE_STOP_TIMEOUT", 30);
-    use clonestage_server::Stopped;
-    match clonestage_server::stop(s.cache, timeout) {
+    use clonestage_server::client::Stopped;
+    match clonestage_server::client::stop(s.cache, timeout) {
         Ok(Stopped::Stopped(_) | Stopped::NotRunning) => Ok(()),
         Ok(Stopped::StillRunning(pid)) => Err(Problem::new(format!(
             "could not stop the server of version {theirs} on {}: the server (pid {pid}) got \

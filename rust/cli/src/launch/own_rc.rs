@@ -26,7 +26,7 @@
 
 use crate::bazel::{settings, Version};
 use crate::launch::transport::Transport;
-use clonestage_server::RunningServer;
+use clonestage_server::client::RunningServer;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

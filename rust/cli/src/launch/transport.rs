@@ -14,7 +14,7 @@
 use crate::bazel::Version;
 use crate::dirs::{self, Env};
 use clonestage_engine::platform::USER_DIRS;
-use clonestage_server::RunningServer;
+use clonestage_server::client::RunningServer;
 use std::path::{Path, PathBuf};
 
 /// The first Bazel release whose remote executor takes `unix:` addresses.

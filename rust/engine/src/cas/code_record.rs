@@ -290,21 +290,4 @@ mod tests {
             "and it is on disk"
         );
     }
-
-    #[test]
-    fn gc_drops_evicted_code_from_the_record() {
-        let t = tempfile::tempdir().unwrap();
-        let c = Cache::open(&t.path().join("c")).unwrap();
-        let kept_size = thin(0x2, 4000);
-        let a = c.put_bytes(&kept_size, None).unwrap();
-        let b = c.put_bytes(&thin(0x6, 4000), None).unwrap();
-        assert_eq!(lines(&c), 2);
-        let r = c.gc(0).unwrap();
-        assert_eq!(r.blobs_evicted, 2);
-        assert_eq!(lines(&c), 0);
-        assert!(!c.is_code(&a) && !c.is_code(&b));
-        // Entering again records it again.
-        c.put_bytes(&kept_size, None).unwrap();
-        assert!(Cache::open(c.root()).unwrap().is_code(&a));
-    }
 }

@@ -17,14 +17,17 @@
 //! stray temp file, never a wrong blob under a right name. The empty blob is never stored.
 //!
 //! This file is the blob store itself (layout, names, reads); beside it: `write` (putting
-//! blobs), `verify`, `pins`, `gc` (eviction), `access_log` (when roots were last used, which
-//! eviction reads), `sweep` (leftovers of dead processes), `code_record` (Mach-O code blobs).
+//! blobs), `verify`, `pins`, `inventory` (what is stored, and its removal under `gc.lock`),
+//! `access_log` (when digests were last used), `sweep` (leftovers of dead processes),
+//! `code_record` (Mach-O code blobs). The store is the engine's bottom layer: it knows
+//! nothing of trees, stages or the pool. Which blobs eviction takes, and in what order, is
+//! decided above them all, in `crate::gc`.
 //!
 //! Long because the store's layout, opening and reads are one concept, read in one place.
 
 mod access_log;
 pub mod code_record;
-mod gc;
+mod inventory;
 mod pins;
 mod quarantine_count;
 mod rel_name;
@@ -32,8 +35,7 @@ mod sweep;
 mod verify;
 mod write;
 
-pub use gc::cache_bytes;
-pub use gc::GcReport;
+pub use inventory::{cache_bytes, GcLock, Stored};
 pub use pins::PinGuard;
 pub(crate) use quarantine_count::Stamp as QuarantineStamp;
 pub(crate) use rel_name::RelName;
@@ -352,8 +354,8 @@ impl Cache {
         }
     }
 
-    /// Keep `root` and everything reachable from it from eviction until the guard drops.
-    /// Visible to `gc` in every process sharing this cache.
+    /// Keep `root` from eviction until the guard drops; the collector (`crate::gc`) keeps
+    /// everything it reaches too. Visible to gc in every process sharing this cache.
     pub fn pin(&self, root: &Digest) -> Result<PinGuard> {
         pins::PinTable::pin(&self.pins, &self.root.join("gc.lock"), *root)
     }

@@ -5,9 +5,10 @@
 //! let guard: PinGuard = cache.pin(&digest)?;   // kept until `guard` drops
 //! ```
 //!
-//! - `digest` is a Directory (the root of a tree: the Directory, its subdirectories and every
-//!   file they list are kept, and a materialized `subtrees/<digest>` with them) or any other
-//!   blob (kept alone). Pins nest and repeat: a digest is kept while any guard for it lives.
+//! - `digest` is any blob. The store only lists it; the collector above (`crate::gc`) keeps
+//!   it and, for a Directory, everything it reaches (subdirectories, every file they list,
+//!   a materialized `subtrees/<digest>`). Pins nest and repeat: a digest is kept while any
+//!   guard for it lives.
 //! - Users: the stager pins each input root for the life of its `StagedRoot` (so a running
 //!   action's inputs stay); a pool of ready subtrees would hold one guard per subtree while it
 //!   is in the pool; an upload queue one guard per queued blob until it is uploaded. Neither

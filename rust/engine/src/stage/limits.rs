@@ -18,8 +18,8 @@ pub struct TreeLimits {
 }
 
 impl TreeLimits {
-    /// 1,024 levels: deeper than any path PATH_MAX (4,096 bytes) can name with 3-byte names.
-    pub const DEFAULT_MAX_DEPTH: u32 = 1024;
+    /// 1,024 levels, what ingest follows (`tree::MAX_INGEST_DEPTH`, which says why).
+    pub const DEFAULT_MAX_DEPTH: u32 = crate::tree::MAX_INGEST_DEPTH;
     pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
     pub const DEFAULT_MAX_BYTES: u64 = 64 << 30;
 }

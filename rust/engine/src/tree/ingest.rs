@@ -25,8 +25,10 @@ pub struct IngestOptions {
     pub move_files: bool,
 }
 
-/// Levels of directories below the top that `ingest_path` follows (the stager's default).
-pub const MAX_INGEST_DEPTH: u32 = crate::stage::TreeLimits::DEFAULT_MAX_DEPTH;
+/// Levels of directories below the top that `ingest_path` follows: 1,024, deeper than any
+/// path PATH_MAX (4,096 bytes) can name with 3-byte names. The stager's default limit
+/// (`stage::TreeLimits::DEFAULT_MAX_DEPTH`) is this, so what is ingested can be staged.
+pub const MAX_INGEST_DEPTH: u32 = 1024;
 
 /// A directory tree put into the cache: its root digest and every Directory message written.
 #[derive(Debug, Clone)]

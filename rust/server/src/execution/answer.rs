@@ -4,8 +4,9 @@
 //! (its `status`, the way Bazel reads it).
 
 use super::spawn::SpawnStats;
-use crate::ac_store::inline_std;
 use crate::failure::Failure;
+use crate::inline_std::inline_std;
+use crate::server_counters;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::rpc;
@@ -30,8 +31,14 @@ pub(super) fn error(f: &Failure) -> pb::ExecuteResponse {
     }
 }
 
-/// The action cache had the result.
-pub(super) fn cache_hit(hit: pb::ActionResult) -> pb::ExecuteResponse {
+/// The action cache had the result; its stdout and stderr inline when the client asked
+/// (`inline`: the request's `inline_stdout` and `inline_stderr`).
+pub(super) fn cache_hit(
+    cache: &Cache,
+    mut hit: pb::ActionResult,
+    inline: (bool, bool),
+) -> pb::ExecuteResponse {
+    inline_std(cache, &mut hit, inline.0, inline.1);
     pb::ExecuteResponse {
         result: Some(hit),
         cached_result: true,
@@ -64,7 +71,7 @@ pub(super) fn ran(state: &Arc<State>, ran: Ran, req: &pb::ExecuteRequest) -> pb:
         // missing, Bazel uploads them again and the action runs on clean inputs; an
         // action that writes its own inputs each time fails again after Bazel's
         // bounded retries (--remote_retries), with this message.
-        state.count("tainted_actions");
+        state.count(server_counters::TAINTED_ACTIONS);
         rpc::Status {
             code: Code::Aborted as i32,
             message: format!(

@@ -1,6 +1,7 @@
 //! What the execution service owns: its operations (`operations`), the `--jobs` slots, the
 //! wrappers started ahead of time (`prespawn`), the janitor that removes finished work dirs
-//! (`janitor`) and keeps work dirs ready for the next actions (`workdir::Ready`), the Apple
+//! (`janitor`), keeps work dirs ready for the next actions (`ready_dirs`) and builds pooled
+//! copies (`pool_builder`), the Apple
 //! environment (`apple_env`), every action's TMPDIR (`tmpdir`), the spawn wrapper's path and
 //! the worker name (`clonestage@<hostname>`) written into `ExecutedActionMetadata`. The server
 //! reads how busy it is through `activity::Activity`, and stops it at shutdown (`hurry`,
@@ -9,9 +10,11 @@
 use super::apple_env::AppleEnv;
 use super::janitor::Janitor;
 use super::operations::Operations;
+use super::pool_builder::PoolBuilder;
 use super::prespawn::Pool;
-use super::workdir::Ready;
+use super::ready_dirs::ReadyDirs;
 use crate::activity::Activity;
+use crate::state::State;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
@@ -25,7 +28,7 @@ pub(crate) struct ExecState {
     /// Finished actions' work dirs, removed while no action runs.
     pub janitor: Arc<Janitor>,
     /// Work dirs made ahead of time (by the janitor).
-    pub ready_dirs: Arc<Ready>,
+    pub ready_dirs: Arc<ReadyDirs>,
     /// DEVELOPER_DIR/SDKROOT for Apple actions (`apple_env`).
     pub apple: AppleEnv,
     /// Every action's TMPDIR (`tmpdir`): the server's own, or /tmp.
@@ -64,7 +67,7 @@ impl ExecState {
             prespawn: Pool::start(&spawn, prespawn_size(jobs)),
             janitor: Arc::new(Janitor::default()),
             // As many as can start at once.
-            ready_dirs: Arc::new(Ready::new(work_base, work_making, jobs.clamp(1, 8))),
+            ready_dirs: Arc::new(ReadyDirs::new(work_base, work_making, jobs.clamp(1, 8))),
             apple: AppleEnv::for_this_host(),
             tmpdir: super::tmpdir::of_this_process(),
             spawn,
@@ -72,10 +75,12 @@ impl ExecState {
         }
     }
 
-    /// Start the janitor thread (it ends once this state is gone and its queue empty).
-    pub fn start_janitor(self: &Arc<Self>) -> std::io::Result<()> {
+    /// Start the janitor thread (it ends once this state is gone and its queue empty), with
+    /// the ready work dirs to keep and the pool builder for `state` under `jobs` actions.
+    pub fn start_janitor(self: &Arc<Self>, state: &Arc<State>, jobs: usize) -> std::io::Result<()> {
         let weak = Arc::downgrade(self);
         self.janitor.set_ready(self.ready_dirs.clone());
+        self.janitor.set_builder(PoolBuilder::new(state, jobs));
         self.janitor
             .spawn(move || weak.upgrade().map(|s| s.ops.unfinished()))
     }

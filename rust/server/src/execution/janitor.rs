@@ -1,29 +1,18 @@
 //! The janitor: one thread that removes finished actions' work dirs while no action runs
-//! (see `Janitor`), and all of them at once at shutdown. It also looks after the engine's pool
-//! of ready subtrees: a finished action's pooled copies go back (proven untouched, or
-//! discarded) as soon as the action has answered, before its work dir waits for removal; and
-//! while nothing else is due and fewer actions run than the server's job limit, it builds the
-//! copies the pool wants (the hook `set_builder`). It keeps a few work dirs ready for the next
-//! actions (`workdir::Ready`, the hook `set_ready`), and removes them when the server ends.
+//! (see `Janitor`), and all of them at once at shutdown. It decides when, not how: a finished
+//! action's pooled copies go back (`cleanup`) as soon as the action has answered, before its
+//! work dir waits for removal; it keeps a few work dirs ready for the next actions
+//! (`ready_dirs`, the hook `set_ready`) and removes them when the server ends; and while
+//! nothing else is due it asks the pool builder (`pool_builder`, the hook `set_builder`) for
+//! the copies the pool wants.
 
-use super::workdir::{detach_mounts, remove, Ready};
-use clonestage_engine::stage::{Loan, Pool};
-use clonestage_engine::Cache;
+use super::cleanup::Discarded;
+use super::pool_builder::PoolBuilder;
+use super::ready_dirs::ReadyDirs;
+use super::workdir::remove;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// A finished action's pooled copies, to return before its work dir is removed.
-pub(crate) struct Returned {
-    /// The staged root holding them.
-    pub root: PathBuf,
-    pub loans: Vec<Loan>,
-    pub pool: Arc<Pool>,
-    pub cache: Arc<Cache>,
-}
-
-/// Builds one pooled copy if one is wanted and `running` actions leave room; true if it did.
-pub(crate) type Builder = Box<dyn Fn(usize) -> bool + Send + Sync>;
 
 /// Finished actions' work dirs, removed by one thread while no action runs. Removing a
 /// 1,600-file root costs about as much CPU as staging it (each unlink updates a shared cache
@@ -39,13 +28,11 @@ pub(crate) struct Janitor {
     /// A dir taken off the queue and being removed (counted in `pending`).
     removing: std::sync::atomic::AtomicUsize,
     /// Work dirs whose pooled copies go back first (counted in `pending`).
-    returns: std::sync::Mutex<std::collections::VecDeque<(PathBuf, Returned)>>,
-    builder: std::sync::OnceLock<Builder>,
-    ready: std::sync::OnceLock<Arc<Ready>>,
+    returns: std::sync::Mutex<std::collections::VecDeque<Discarded>>,
+    builder: std::sync::OnceLock<PoolBuilder>,
+    ready: std::sync::OnceLock<Arc<ReadyDirs>>,
     /// A ready work dir being made (counted in `pending`, so shutdown waits for it).
     preparing: std::sync::atomic::AtomicUsize,
-    /// Making a ready work dir failed once: actions make their own from then on.
-    ready_failed: std::sync::atomic::AtomicBool,
 }
 
 /// What the thread does next.
@@ -70,21 +57,24 @@ impl Janitor {
         self.wake.notify_one();
     }
 
-    /// Queue `dir` after returning `r`'s copies to their pool (done first, without waiting
-    /// for idleness: the next action may want them).
-    pub fn push_returning(&self, dir: PathBuf, r: Returned) {
-        self.returns.lock().unwrap().push_back((dir, r));
+    /// Queue a finished action's work dir; pooled copies it holds go back to their pool first
+    /// (without waiting for idleness: the next action may want them).
+    pub fn push_discarded(&self, d: Discarded) {
+        if !d.has_copies() {
+            return self.push(d.dir);
+        }
+        self.returns.lock().unwrap().push_back(d);
         let _q = self.queue.lock().unwrap();
         self.wake.notify_one();
     }
 
     /// Build pooled copies with `b` whenever nothing else is due.
-    pub fn set_builder(&self, b: Builder) {
+    pub fn set_builder(&self, b: PoolBuilder) {
         let _ = self.builder.set(b);
     }
 
     /// Keep `r`'s work dirs ready; they are removed when the thread ends.
-    pub fn set_ready(&self, r: Arc<Ready>) {
+    pub fn set_ready(&self, r: Arc<ReadyDirs>) {
         let _ = self.ready.set(r);
     }
 
@@ -98,30 +88,11 @@ impl Janitor {
     }
 
     fn return_one(&self) {
-        let Some((dir, r)) = self.returns.lock().unwrap().pop_front() else {
+        let Some(mut d) = self.returns.lock().unwrap().pop_front() else {
             return;
         };
-        let t0 = std::time::Instant::now();
-        let n = r.loans.len();
-        // The proof reads the copies themselves, not what an action mounted over them; with a
-        // mount that stays, none goes back (it could carry the mount into the pool).
-        let detached = detach_mounts(&dir);
-        if let Err(e) = &detached {
-            tracing::error!(error = %e, "cannot detach an action's mounts; its pooled copies are discarded");
-        }
-        for l in r.loans {
-            // Discards are counted and logged by the pool; the copy stays in `dir`.
-            match &detached {
-                Ok(()) => drop(r.pool.recycle(&r.cache, &r.root, l)),
-                Err(_) => r.pool.abandon(l),
-            }
-        }
-        tracing::debug!(
-            copies = n,
-            recycle_us = t0.elapsed().as_micros() as u64,
-            "pooled copies returned"
-        );
-        self.push(dir);
+        d.return_copies();
+        self.push(d.dir);
     }
 
     /// Remove what is queued without waiting for idleness (shutdown).
@@ -165,15 +136,12 @@ impl Janitor {
                 Next::Return => self.return_one(),
                 Next::Prepare => {
                     let r = self.ready.get().expect("Prepare needs ready dirs");
-                    if let Err(e) = r.make_one() {
-                        tracing::warn!(error = %e, "cannot make a work dir ahead of time; actions make their own");
-                        self.ready_failed.store(true, Ordering::SeqCst);
-                    }
+                    r.prepare_one();
                     self.preparing.fetch_sub(1, Ordering::SeqCst);
                 }
                 Next::Build => {
                     let built = match (self.builder.get(), running()) {
-                        (Some(b), Some(n)) => b(n),
+                        (Some(b), Some(n)) => b.build_one(n),
                         _ => false,
                     };
                     if !built {
@@ -208,7 +176,6 @@ impl Janitor {
             }
             let prepare = !gone
                 && !self.hurry.load(Ordering::SeqCst)
-                && !self.ready_failed.load(Ordering::SeqCst)
                 && self.ready.get().is_some_and(|r| r.wanted());
             if prepare {
                 self.preparing.fetch_add(1, Ordering::SeqCst);
@@ -284,7 +251,7 @@ mod tests {
     #[test]
     fn janitor_keeps_work_dirs_ready_and_removes_them_at_shutdown() {
         let d = tempfile::tempdir().unwrap();
-        let ready = Arc::new(super::super::workdir::tests::ready_in(d.path(), 2));
+        let ready = Arc::new(super::super::ready_dirs::tests::ready_in(d.path(), 2));
         let j = Arc::new(Janitor::default());
         j.set_ready(ready.clone());
         // One action runs: ready dirs are made anyway (they are cheap and due next).
@@ -297,7 +264,7 @@ mod tests {
         }
         assert_eq!(count(), 2);
         assert!(!ready.wanted());
-        let taken = super::super::workdir::WorkDir::take(&ready).unwrap();
+        let taken = ready.take().unwrap();
         let t0 = std::time::Instant::now();
         while count() < 3 && t0.elapsed() < std::time::Duration::from_secs(10) {
             std::thread::sleep(POLL / 5);

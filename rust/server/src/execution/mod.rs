@@ -19,12 +19,15 @@
 
 mod answer;
 pub(crate) mod apple_env;
+mod cleanup;
 mod declared_outputs;
 mod exec_state;
 mod janitor;
 mod metadata;
 pub(crate) mod operations;
+mod pool_builder;
 pub(crate) mod prespawn;
+pub(crate) mod ready_dirs;
 mod respond;
 pub(crate) mod run;
 mod shared_crash;

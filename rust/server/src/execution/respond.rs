@@ -13,15 +13,16 @@
 //!    response's path;
 //! 5. `answer`: the `ExecuteResponse` for what happened.
 //!
-//! With a job slot free at once, steps 1 to 3 take one trip to the blocking pool: each trip
-//! costs two thread wake-ups, which a loaded machine makes expensive.
+//! Steps 1 and 3 run on the blocking pool, both called from `trip` only. With a job slot free
+//! at once, steps 1 to 3 take one trip: each trip costs two thread wake-ups, which a loaded
+//! machine makes expensive.
 
 use super::answer;
+use super::cleanup::Leftovers;
 use super::exec_state::ExecState;
 use super::metadata::{self, Timeline};
 use super::operations::Op;
 use super::run::{self, Executed};
-use crate::ac_store::inline_std;
 use crate::checks::{self, result_check, Prepared};
 use crate::failure::{blocking, Failure};
 use crate::server_counters;
@@ -32,13 +33,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::sync::OwnedSemaphorePermit;
 
-/// What the first trip to the blocking pool found.
+/// What a trip to the blocking pool (`trip`) found.
 enum Checked {
-    /// The action cache answered.
-    Hit(pb::ActionResult),
+    /// The action cache had the result: the answer.
+    Hit(Box<pb::ExecuteResponse>),
     /// Checked, not in the cache; waits for a job slot.
-    Ready(Prepared),
-    /// A job slot was free at once, so the action also ran in the same trip.
+    Ready(Box<Prepared>),
+    /// It held a job slot, so the action ran in the same trip.
     Ran(Box<(Prepared, Result<Executed, Failure>)>),
 }
 
@@ -78,7 +79,7 @@ pub(super) async fn respond(
         round += 1;
         if fetched == 0 {
             tracing::info!(action = %digest, error = %f.message(), "action refused");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             return answer::error(&f);
         }
         tracing::debug!(action = %digest, fetched, "fetched missing inputs from the upstream; trying again");
@@ -98,33 +99,33 @@ async fn attempt(
         queued,
         ..Default::default()
     };
-    let checked = check_and_look_up(state, exec, op, req, digest, timeline.clone()).await;
-    let (prepared, ran) = match checked {
-        Ok(Checked::Hit(hit)) => {
-            tracing::debug!(action = %digest, "action cache hit");
-            return Attempt::Done(Box::new(answer::cache_hit(hit)));
-        }
-        Ok(Checked::Ran(ran)) => *ran,
-        Ok(Checked::Ready(p)) => {
-            op.set_stage(pb::execution_stage::Value::Queued);
-            let Some(permit) = take_job_slot(exec, op).await else {
-                return Attempt::Done(Box::new(answer::error(&Failure::Unavailable(
-                    "the server is shutting down; action not started".into(),
-                ))));
-            };
-            let ran = {
-                let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
-                let p = p.clone();
-                blocking(move || run_and_record(&state, &exec, &p, &op, timeline)).await
-            };
-            drop(permit);
-            (p, ran)
-        }
-        Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
-        Err(f) => {
-            tracing::info!(action = %digest, error = %f.message(), "action refused");
-            state.count("action_errors");
-            return Attempt::Done(Box::new(answer::error(&f)));
+    // A job slot free now: steps 1 to 3 in one trip. Else the first trip ends `Ready`, step 2
+    // waits for a slot, and a second trip (the action checked already) runs step 3.
+    let mut slot = exec.jobs.clone().try_acquire_owned().ok();
+    let mut checked = None;
+    let (prepared, ran) = loop {
+        let t = timeline.clone();
+        match trip(state, exec, op, req, digest, t, checked.take(), slot.take()).await {
+            Ok(Checked::Hit(hit)) => {
+                tracing::debug!(action = %digest, "action cache hit");
+                return Attempt::Done(hit);
+            }
+            Ok(Checked::Ran(ran)) => break *ran,
+            Ok(Checked::Ready(p)) => {
+                op.set_stage(pb::execution_stage::Value::Queued);
+                let Some(permit) = take_job_slot(exec, op).await else {
+                    return Attempt::Done(Box::new(answer::error(&Failure::Unavailable(
+                        "the server is shutting down; action not started".into(),
+                    ))));
+                };
+                (slot, checked) = (Some(permit), Some(p));
+            }
+            Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
+            Err(f) => {
+                tracing::info!(action = %digest, error = %f.message(), "action refused");
+                state.count(server_counters::ACTION_ERRORS);
+                return Attempt::Done(Box::new(answer::error(&f)));
+            }
         }
     };
     let resp = match ran {
@@ -162,13 +163,13 @@ async fn attempt(
         }
         Err(Failure::FailedPrecondition(m)) => {
             tracing::warn!(action = %digest, error = %m, "this host cannot run the action as asked");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             answer::host_lacks(&state.cache, &m, req.inline_stderr)
         }
         Err(f @ Failure::Missing { .. }) => return Attempt::Missing(f),
         Err(f) => {
             tracing::info!(action = %digest, error = %f.message(), "action failed to run");
-            state.count("action_errors");
+            state.count(server_counters::ACTION_ERRORS);
             answer::error(&f)
         }
     };
@@ -189,61 +190,84 @@ fn enqueue_upload(state: &Arc<State>, digest: Digest, result: &pb::ActionResult)
     state.background(move |_| up.enqueue(digest, &r));
 }
 
-/// Step 1 (blocking): check the action, look it up in the action cache, and with a job slot
-/// free at once also run it (steps 2 and 3) in the same trip.
-async fn check_and_look_up(
+/// One trip to the blocking pool: step 1 unless the action comes back `checked` from waiting
+/// for a slot, then step 3 when it holds a job `slot`. Steps 1 and 3 are called from here
+/// only.
+#[allow(clippy::too_many_arguments)]
+async fn trip(
     state: &Arc<State>,
     exec: &Arc<ExecState>,
     op: &Arc<Op>,
     req: &pb::ExecuteRequest,
     digest: Digest,
     t: Timeline,
+    checked: Option<Box<Prepared>>,
+    slot: Option<OwnedSemaphorePermit>,
 ) -> Result<Checked, Failure> {
-    let early = exec.jobs.clone().try_acquire_owned().ok();
     let (state, exec, op) = (state.clone(), exec.clone(), op.clone());
-    let skip = req.skip_cache_lookup;
-    let (so, se) = (req.inline_stdout, req.inline_stderr);
-    let rt = tokio::runtime::Handle::current();
+    let ask = Lookup {
+        skip: req.skip_cache_lookup,
+        inline: (req.inline_stdout, req.inline_stderr),
+        rt: tokio::runtime::Handle::current(),
+    };
     blocking(move || {
-        let p = checks::prepare(&state.cache, digest)?;
-        let hit = if skip || p.do_not_cache {
-            None
-        } else {
-            match state.ac.get(&state.cache, &digest)? {
-                Some(hit) => Some(hit),
-                // Read-through: the team's cache, bounded by its lookup deadline.
-                None => state
-                    .upstream
-                    .as_ref()
-                    .and_then(|up| up.lookup_blocking(&rt, &state.ac, digest)),
-            }
+        let p = match checked {
+            Some(p) => *p,
+            None => match check_and_look_up(&state, digest, &ask)? {
+                Checked::Ready(p) => *p,
+                hit => return Ok(hit),
+            },
         };
-        // A stored result is served only while it passes what a new one must (an older
-        // entry, or one Bazel sent with UpdateActionResult, may not): else the action runs.
-        // Its blobs are then held for the client (`answer_grace`); one evicted already makes
-        // it a miss too.
-        let hit = hit.filter(|h| {
-            result_check::check_stored(&state.cache, &p.outputs, &p.working_dir, h)
-                .map_err(|why| tracing::info!(action = %digest, why, "stored result refused; running the action"))
-                .is_ok()
-                && crate::answer_grace::hold(&state.cache, h).is_ok()
-        });
-        // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
-        if let Some(mut hit) = hit {
-            state.count("action_cache_hits");
-            inline_std(&state.cache, &mut hit, so, se);
-            return Ok(Checked::Hit(hit));
-        }
-        match early {
-            Some(permit) => {
-                let ran = run_and_record(&state, &exec, &p, &op, t);
-                drop(permit);
-                Ok(Checked::Ran(Box::new((p, ran))))
-            }
-            None => Ok(Checked::Ready(p)),
-        }
+        let Some(permit) = slot else {
+            return Ok(Checked::Ready(Box::new(p)));
+        };
+        let ran = run_and_record(&state, &exec, &p, &op, t);
+        drop(permit);
+        Ok(Checked::Ran(Box::new((p, ran))))
     })
     .await
+}
+
+/// What step 1 takes from the request, and the runtime the read-through runs on.
+struct Lookup {
+    skip: bool,
+    /// `inline_stdout`, `inline_stderr`.
+    inline: (bool, bool),
+    rt: tokio::runtime::Handle,
+}
+
+/// Step 1 (blocking): check the action, then look it up in the action cache: `Hit` with the
+/// answer, or `Ready` to run.
+fn check_and_look_up(state: &State, digest: Digest, ask: &Lookup) -> Result<Checked, Failure> {
+    let p = checks::prepare(&state.cache, digest)?;
+    let hit = if ask.skip || p.do_not_cache {
+        None
+    } else {
+        match state.ac.get(&state.cache, &digest)? {
+            Some(hit) => Some(hit),
+            // Read-through: the team's cache, bounded by its lookup deadline.
+            None => state
+                .upstream
+                .as_ref()
+                .and_then(|up| up.lookup_blocking(&ask.rt, &state.ac, digest)),
+        }
+    };
+    // A stored result is served only while it passes what a new one must (an older entry, or
+    // one Bazel sent with UpdateActionResult, may not): else the action runs. Its blobs are
+    // then held for the client (`answer_grace`); one evicted already makes it a miss too.
+    let hit = hit.filter(|h| {
+        result_check::check_stored(&state.cache, &p.outputs, &p.working_dir, h)
+            .map_err(|why| tracing::info!(action = %digest, why, "stored result refused; running the action"))
+            .is_ok()
+            && crate::answer_grace::hold(&state.cache, h).is_ok()
+    });
+    // A miss is not counted here: Bazel asked GetActionResult first, which counted it.
+    if let Some(hit) = hit {
+        state.count(server_counters::ACTION_CACHE_HITS);
+        let answer = answer::cache_hit(&state.cache, hit, ask.inline);
+        return Ok(Checked::Hit(Box::new(answer)));
+    }
+    Ok(Checked::Ready(Box::new(p)))
 }
 
 /// Step 2: one of the `--jobs` slots, or None when shutdown cancelled the action first.
@@ -265,7 +289,7 @@ fn cacheable(state: &State, p: &Prepared, ex: &Executed) -> bool {
         Ok(()) => true,
         Err(why) => {
             tracing::info!(action = %p.digest, why, "result not cached");
-            state.count("results_not_cached");
+            state.count(server_counters::RESULTS_NOT_CACHED);
             false
         }
     }
@@ -309,9 +333,7 @@ fn recover(
     };
     let named = std::mem::take(&mut first.crashed_caches);
     first.leftovers.staged.release_shared();
-    first
-        .leftovers
-        .discard(&exec.janitor, state.stager.pool(), &state.cache);
+    discard(state, exec, first.leftovers);
     for rel in &named {
         match shared.clear(rel) {
             Ok(bytes) => tracing::warn!(
@@ -327,10 +349,10 @@ fn recover(
             }
         }
     }
-    state.count("shared_dir_recoveries");
+    state.count(server_counters::SHARED_DIR_RECOVERIES);
     let again = run::run_action(state, exec, p, &op.control, t)?;
     if again.stats.exit_code != 0 {
-        state.count("shared_dir_recoveries_failed");
+        state.count(server_counters::SHARED_DIR_RECOVERIES_FAILED);
     }
     Ok(again)
 }
@@ -340,16 +362,23 @@ fn recover(
 /// the work dir is removed in the background: none of it delays the response.
 fn record_figures(
     state: &Arc<State>,
-    exec: &ExecState,
-    leftovers: run::Leftovers,
+    exec: &Arc<ExecState>,
+    leftovers: Leftovers,
     figures: server_counters::ActionFigures,
 ) {
     state
         .stager
         .ledger()
         .add(|c| server_counters::add_action(c, &figures));
-    let janitor = exec.janitor.clone();
-    state.background(move |state| leftovers.discard(&janitor, state.stager.pool(), &state.cache));
+    let exec = exec.clone();
+    state.background(move |state| discard(state, &exec, leftovers));
+}
+
+/// An answered run's leftovers (`cleanup`): the root unpinned now, the work dir to the
+/// janitor, its pooled copies back to the pool first.
+fn discard(state: &State, exec: &ExecState, leftovers: Leftovers) {
+    exec.janitor
+        .push_discarded(leftovers.discard(state.stager.pool(), &state.cache));
 }
 
 fn log_ran(

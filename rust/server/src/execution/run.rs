@@ -2,26 +2,23 @@
 //! the engine (outputs' parents writable, shared cache directories linked), run the command through the spawn wrapper, check
 //! that no hardlinked input was written through, move outputs, stdout and stderr into the CAS,
 //! and describe it all in an `ActionResult` with its timestamps and staging figures. The work
-//! dir is removed on every path out (`WorkDir` drop), the input root unpinned with it; after a
-//! successful run that happens in `Leftovers`, which the caller drops after responding.
+//! dir is removed on every path out, the input root unpinned with it; after a successful run
+//! that is left to the caller, in `Leftovers` (`cleanup`), after responding.
 
+use super::cleanup::Leftovers;
 use super::exec_state::ExecState;
-use super::janitor::{Janitor, Returned};
 use super::metadata::{self, now, StagingFigures, Timeline};
 use super::operations::ActionControl;
 use super::spawn::{self, SpawnRequest, SpawnStats};
 use super::tmpdir;
-use super::workdir::{WorkDir, STD_STREAMS};
+use super::workdir::STD_STREAMS;
 use crate::checks::Prepared;
 use crate::failure::Failure;
 use crate::state::State;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
-use clonestage_engine::stage::Pool;
 use clonestage_engine::tree::SymlinkPolicy;
-use clonestage_engine::Cache;
 use clonestage_engine::{Digest, MethodPreference, PutFile, StageRequest};
 use std::path::Path;
-use std::sync::Arc;
 
 /// An action that ran (whatever its exit code).
 pub(crate) struct Executed {
@@ -39,34 +36,6 @@ pub(crate) struct Executed {
     /// Shared cache directories (action-relative paths) the command crashed on
     /// (`shared_crash`): `respond` clears them and runs the action again.
     pub crashed_caches: Vec<String>,
-}
-
-/// What is left to clean after an action: dropping it removes the work dir and unpins the
-/// input root; `discard` unpins and queues the work dir for the janitor instead.
-pub(crate) struct Leftovers {
-    pub staged: clonestage_engine::StagedRoot,
-    work: WorkDir,
-}
-
-impl Leftovers {
-    /// `pool`: the stager's pool, to which the copies the root took go back first.
-    pub fn discard(mut self, janitor: &Janitor, pool: Option<&Arc<Pool>>, cache: &Arc<Cache>) {
-        let loans = self.staged.take_loans();
-        let root = self.staged.dest.clone();
-        drop(self.staged);
-        match pool {
-            Some(pool) if !loans.is_empty() => janitor.push_returning(
-                self.work.defer(),
-                Returned {
-                    root,
-                    loans,
-                    pool: pool.clone(),
-                    cache: cache.clone(),
-                },
-            ),
-            _ => janitor.push(self.work.defer()),
-        }
-    }
 }
 
 fn std_stream(state: &State, p: &Path) -> Result<Digest, Failure> {
@@ -90,7 +59,7 @@ pub(crate) fn run_action(
     t.worker_start = now();
     // Before staging: an Xcode that is not installed fails the action before any work.
     let apple = exec.apple.additions(&p.command.environment_variables)?;
-    let work = WorkDir::take(&exec.ready_dirs)?;
+    let work = exec.ready_dirs.take()?;
     let root = work.root();
     t.fetch_start = now();
     // `..Default::default()` fills the test hooks a `fault-injection` build of the engine adds

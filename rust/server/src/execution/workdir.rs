@@ -5,17 +5,11 @@
 //! holds the cache's server lock, so nothing else uses them). Removal is the engine's
 //! fd-relative `remove_tree`.
 //!
-//! A few are made ahead of time (`Ready`, by the janitor), each with its empty stdout and
-//! stderr files: an action that takes one creates no inode before staging, and the wrapper
-//! opens its two files instead of creating them (three inode creations, ~0.6 ms per action
-//! on this project's CI ext4, were on every action's critical path). Each is filled in a
-//! sibling directory (`<cache>/work-making/`) and renamed into `<cache>/work/` whole, so no
-//! reader of `work/` (a test looking for leftovers, `sweep`) ever sees half of one.
+//! A few are made ahead of time (`ready_dirs`), each with its empty stdout and stderr files.
 
 use crate::failure::Failure;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -28,7 +22,7 @@ pub(crate) struct WorkDir {
 
 /// `<pid>-<n>`: unique in this process, and apart from other servers' (one per cache holds
 /// the lock, but a killed one's leftovers stay until the sweep).
-fn fresh_name() -> String {
+pub(super) fn fresh_name() -> String {
     format!(
         "{}-{}",
         std::process::id(),
@@ -41,14 +35,6 @@ impl WorkDir {
         let path = base.join(fresh_name());
         std::fs::create_dir(&path).map_err(|e| Failure::io("mkdir", &path, e))?;
         Ok(WorkDir { path })
-    }
-
-    /// A ready one if there is one, else a new one.
-    pub fn take(ready: &Ready) -> Result<WorkDir, Failure> {
-        match ready.dirs.lock().unwrap().0.pop() {
-            Some(path) => Ok(WorkDir { path }),
-            None => WorkDir::create(&ready.base),
-        }
     }
 
     pub fn root(&self) -> PathBuf {
@@ -76,79 +62,6 @@ impl Drop for WorkDir {
             remove_us = t0.elapsed().as_micros() as u64,
             "work dir removed"
         );
-    }
-}
-
-/// Work dirs made ahead of time, each holding empty `stdout` and `stderr` files.
-pub(crate) struct Ready {
-    base: PathBuf,
-    /// Where one is filled before it is renamed into `base` (same filesystem).
-    making: PathBuf,
-    target: usize,
-    /// The ready dirs, and whether `clear` closed the store (shutdown).
-    dirs: Mutex<(Vec<PathBuf>, bool)>,
-}
-
-impl Ready {
-    /// Keep `target` ready in `base`, each made in `making` first.
-    pub fn new(base: PathBuf, making: PathBuf, target: usize) -> Ready {
-        Ready {
-            base,
-            making,
-            target,
-            dirs: Mutex::new((Vec::new(), false)),
-        }
-    }
-
-    /// Fewer than the target are ready.
-    pub fn wanted(&self) -> bool {
-        let d = self.dirs.lock().unwrap();
-        !d.1 && d.0.len() < self.target
-    }
-
-    /// Make one more: filled under `making`, then renamed into `base` whole.
-    pub fn make_one(&self) -> std::io::Result<()> {
-        let name = fresh_name();
-        let (new, path) = (self.making.join(&name), self.base.join(&name));
-        let with = |op: &str, p: &Path, e: std::io::Error| {
-            std::io::Error::new(e.kind(), format!("{op} {}: {e}", p.display()))
-        };
-        std::fs::create_dir(&new).map_err(|e| with("mkdir", &new, e))?;
-        let made = STD_STREAMS.iter().try_for_each(|f| {
-            let p = new.join(f);
-            std::fs::File::create(&p)
-                .map(drop)
-                .map_err(|e| with("create", &p, e))
-        });
-        // The final name is this process's own (pid and sequence): nothing else makes it.
-        let made =
-            made.and_then(|()| std::fs::rename(&new, &path).map_err(|e| with("rename", &new, e)));
-        if let Err(e) = made {
-            let _ = remove(&new);
-            return Err(e);
-        }
-        let mut d = self.dirs.lock().unwrap();
-        if d.1 {
-            // Closed while this one was made.
-            drop(d);
-            return remove(&path).map_err(std::io::Error::other);
-        }
-        d.0.push(path);
-        Ok(())
-    }
-
-    /// Remove the ready ones and make no more (shutdown).
-    pub fn clear(&self) {
-        let ready = {
-            let mut d = self.dirs.lock().unwrap();
-            d.1 = true;
-            std::mem::take(&mut d.0)
-        };
-        for p in ready {
-            if let Err(e) = remove(&p) {
-                tracing::warn!(path = %p.display(), error = %e, "cannot remove a ready work dir");
-            }
-        }
     }
 }
 
@@ -197,103 +110,9 @@ pub(crate) fn sweep(base: &Path) -> usize {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-
-    /// `Ready` keeping `n` in `<d>/work`, made in `<d>/work-making`.
-    pub(crate) fn ready_in(d: &Path, n: usize) -> Ready {
-        let (base, making) = (d.join("work"), d.join("work-making"));
-        std::fs::create_dir_all(&base).unwrap();
-        std::fs::create_dir_all(&making).unwrap();
-        Ready::new(base, making, n)
-    }
-
-    /// Whether `dir` is a whole ready work dir: exactly the two empty files.
-    pub(crate) fn is_whole_ready(dir: &Path) -> bool {
-        let mut names: Vec<String> = match std::fs::read_dir(dir) {
-            Ok(rd) => rd
-                .flatten()
-                .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-            Err(_) => return false,
-        };
-        names.sort();
-        names == ["stderr", "stdout"] && std::fs::read_dir(dir).map_or(0, |rd| rd.count()) == 2
-    }
-
-    /// CI under load (issue 23 item 7): a test that listed `work/` while the janitor was
-    /// making a ready dir saw it half made (no files yet) and called it a leftover. Ready dirs
-    /// are filled elsewhere and renamed in whole, so a reader of `work/` sees none half made.
-    #[test]
-    fn a_reader_of_the_work_dir_never_sees_a_ready_dir_half_made() {
-        use std::sync::atomic::AtomicBool;
-        let d = tempfile::tempdir().unwrap();
-        let ready = ready_in(d.path(), 1_000);
-        let base = d.path().join("work");
-        let done = AtomicBool::new(false);
-        let (seen, half) = std::thread::scope(|s| {
-            let reader = s.spawn(|| {
-                let (mut seen, mut half) = (0usize, Vec::new());
-                while !done.load(Ordering::SeqCst) {
-                    for e in std::fs::read_dir(&base).unwrap().flatten() {
-                        seen += 1;
-                        if !is_whole_ready(&e.path()) {
-                            half.push(e.file_name());
-                        }
-                    }
-                }
-                (seen, half)
-            });
-            for _ in 0..300 {
-                ready.make_one().unwrap();
-            }
-            done.store(true, Ordering::SeqCst);
-            reader.join().unwrap()
-        });
-        assert!(seen > 0, "the reader never looked");
-        assert!(half.is_empty(), "half-made ready dirs seen: {half:?}");
-        ready.clear();
-        assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
-        assert_eq!(
-            std::fs::read_dir(d.path().join("work-making"))
-                .unwrap()
-                .count(),
-            0
-        );
-    }
-
-    #[test]
-    fn ready_dirs_hold_empty_streams_and_are_taken_before_new_ones_are_made() {
-        let d = tempfile::tempdir().unwrap();
-        let ready = ready_in(d.path(), 2);
-        assert!(ready.wanted());
-        ready.make_one().unwrap();
-        ready.make_one().unwrap();
-        assert!(!ready.wanted());
-        let w = WorkDir::take(&ready).unwrap();
-        for f in STD_STREAMS {
-            assert_eq!(std::fs::read(w.file(f)).unwrap(), b"", "{f}");
-        }
-        assert!(ready.wanted());
-        let _second = WorkDir::take(&ready).unwrap();
-        // None ready: a new, empty one.
-        let third = WorkDir::take(&ready).unwrap();
-        assert_eq!(std::fs::read_dir(&third.path).unwrap().count(), 0);
-        ready.make_one().unwrap();
-        ready.clear();
-        assert!(!ready.wanted(), "closed");
-        ready.make_one().unwrap();
-        drop((w, _second, third));
-        for sub in ["work", "work-making"] {
-            assert_eq!(
-                std::fs::read_dir(d.path().join(sub)).unwrap().count(),
-                0,
-                "all removed from {sub}"
-            );
-        }
-    }
 
     fn mount(args: &[&str], at: &Path) {
         let st = std::process::Command::new("mount")

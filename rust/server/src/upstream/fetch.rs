@@ -6,6 +6,7 @@
 //! read-through (`read_through`) for results and for an Execute's missing inputs.
 
 use super::Upstream;
+use crate::server_counters;
 use clonestage_engine::{Cache, Digest};
 use std::sync::Arc;
 use std::time::Instant;
@@ -88,16 +89,16 @@ pub(super) async fn fetch(
             }
         }
         fetched += stored.len();
-        up.add("upstream_blobs_fetched", stored.len() as u64);
-        up.add("upstream_bytes_fetched", n_bytes);
+        up.add(server_counters::UPSTREAM_BLOBS_FETCHED, stored.len() as u64);
+        up.add(server_counters::UPSTREAM_BYTES_FETCHED, n_bytes);
     }
     for d in large {
         let left = remaining(deadline)?;
         match read_large(up, &d, left).await {
             Ok(()) => {
                 fetched += 1;
-                up.count("upstream_blobs_fetched");
-                up.add("upstream_bytes_fetched", d.size);
+                up.count(server_counters::UPSTREAM_BLOBS_FETCHED);
+                up.add(server_counters::UPSTREAM_BYTES_FETCHED, d.size);
             }
             Err(FetchError::Call(e)) if e.starts_with("NotFound") => absent.push(d),
             Err(e) => return Err(e),

@@ -99,9 +99,9 @@ impl Upstream {
     }
 
     fn failed(&self, what: &str, error: &str, f: breaker::Failed) {
-        self.count("upstream_errors");
+        self.count(server_counters::UPSTREAM_ERRORS);
         if f.opened {
-            self.count("upstream_breaker_opens");
+            self.count(server_counters::UPSTREAM_BREAKER_OPENS);
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(upstream = %self.opts.url, error, "the upstream cache failed ({what}); builds go on locally, and after {} failures in a row, or one without an answer, it is not asked for {:?}", breaker::TRIP, breaker::OPEN_FOR);
@@ -178,4 +178,5 @@ impl Upstream {
     }
 }
 
+use crate::server_counters;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;

@@ -18,6 +18,7 @@ use super::fetch::{fetch, fetch_all, status_text, FetchError};
 use super::Upstream;
 use crate::ac_store::AcStore;
 use crate::checks::{self, result_check};
+use crate::server_counters;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::Digest;
 use prost::Message;
@@ -66,7 +67,7 @@ pub(super) async fn lookup(
         Ok(None) => {
             up.read_ok();
             note_miss(up, action);
-            up.count("upstream_ac_misses");
+            up.count(server_counters::UPSTREAM_AC_MISSES);
             None
         }
         Ok(Some(r)) => {
@@ -74,7 +75,7 @@ pub(super) async fn lookup(
             if let Err(f) = ac.put(&action, &r) {
                 tracing::warn!(action = %action, error = %f.message(), "cannot store the upstream's result locally");
             }
-            up.count("upstream_ac_hits");
+            up.count(server_counters::UPSTREAM_AC_HITS);
             Some(r)
         }
         Err(FetchError::Call(e)) => {
@@ -88,7 +89,7 @@ pub(super) async fn lookup(
         Err(FetchError::Lie(e)) => {
             tracing::warn!(upstream = %up.opts.url, action = %action, error = %e, "rejected the upstream's result");
             note_miss(up, action);
-            up.count("upstream_rejected");
+            up.count(server_counters::UPSTREAM_REJECTED);
             up.read_failed("a result it could not back", &e);
             None
         }
@@ -96,7 +97,7 @@ pub(super) async fn lookup(
             tracing::info!(upstream = %up.opts.url, action = %action, error = %e, "did not take the upstream's result");
             up.read_ok();
             note_miss(up, action);
-            up.count("upstream_rejected");
+            up.count(server_counters::UPSTREAM_REJECTED);
             None
         }
     }
@@ -235,7 +236,7 @@ pub(super) async fn fetch_inputs(up: &Upstream, missing: &[Digest]) -> usize {
             0
         }
         Ok(Err(FetchError::Lie(e) | FetchError::Unverifiable(e))) => {
-            up.count("upstream_rejected");
+            up.count(server_counters::UPSTREAM_REJECTED);
             up.read_failed("an input blob that did not match its digest", &e);
             0
         }

@@ -5,6 +5,7 @@
 
 use super::Upstream;
 use crate::ac_store::AcStore;
+use crate::server_counters;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::{Cache, Digest};
 use prost::Message;
@@ -95,15 +96,15 @@ pub(super) async fn upload_one(
                 .batch_update(std::mem::take(&mut batch), call_timeout(up, bytes))
                 .await
                 .map_err(|s| UploadError::Retry(format!("BatchUpdateBlobs: {}", s.message())))?;
-            up.add("upstream_blobs_uploaded", n);
-            up.add("upstream_bytes_uploaded", bytes);
+            up.add(server_counters::UPSTREAM_BLOBS_UPLOADED, n);
+            up.add(server_counters::UPSTREAM_BYTES_UPLOADED, bytes);
             bytes = 0;
         }
     }
     for d in large {
         write_large(up, &d).await?;
-        up.count("upstream_blobs_uploaded");
-        up.add("upstream_bytes_uploaded", d.size);
+        up.count(server_counters::UPSTREAM_BLOBS_UPLOADED);
+        up.add(server_counters::UPSTREAM_BYTES_UPLOADED, d.size);
     }
     up.client
         .update_action_result(&action, result, call_timeout(up, 0))

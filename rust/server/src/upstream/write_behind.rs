@@ -17,6 +17,7 @@
 use super::upload::{upload_blobs, upload_one, UploadError};
 use super::Upstream;
 use crate::ac_store::AcStore;
+use crate::server_counters;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::cas::PinGuard;
 use clonestage_engine::{Cache, Digest};
@@ -132,7 +133,7 @@ pub(super) fn enqueue(up: &Upstream, action: Digest, result: &pb::ActionResult) 
         }
         if i.order.len() >= q.max {
             drop(i);
-            up.count("upstream_upload_dropped");
+            up.count(server_counters::UPSTREAM_UPLOAD_DROPPED);
             tracing::debug!(action = %action, max = q.max, "upstream queue full; result not uploaded");
             return;
         }
@@ -141,7 +142,7 @@ pub(super) fn enqueue(up: &Upstream, action: Digest, result: &pb::ActionResult) 
     let pins = pin_all(&up.cache, &upload_blobs(&up.cache, &action, result));
     let p = q.dir.join(entry_name(&action));
     if let Err(e) = std::fs::write(&p, b"") {
-        up.count("upstream_upload_dropped");
+        up.count(server_counters::UPSTREAM_UPLOAD_DROPPED);
         tracing::warn!(path = %p.display(), error = %e, "cannot queue an upstream upload; dropped");
         return;
     }
@@ -201,16 +202,16 @@ async fn uploader(up: Arc<Upstream>, ac: Arc<AcStore>) {
         match upload_one(&up, &ac, action).await {
             Ok(()) => {
                 up.queue.remove(&action);
-                up.count("upstream_results_uploaded");
+                up.count(server_counters::UPSTREAM_RESULTS_UPLOADED);
                 backoff = BACKOFF_FIRST;
             }
             Err(UploadError::Drop(e)) => {
                 tracing::warn!(action = %action, error = %e, "upstream upload dropped");
                 up.queue.remove(&action);
-                up.count("upstream_upload_dropped");
+                up.count(server_counters::UPSTREAM_UPLOAD_DROPPED);
             }
             Err(UploadError::Retry(e)) => {
-                up.count("upstream_upload_retries");
+                up.count(server_counters::UPSTREAM_UPLOAD_RETRIES);
                 if backoff == BACKOFF_FIRST {
                     tracing::warn!(upstream = %up.opts.url, action = %action, error = %e, "upstream upload failed; retrying with backoff");
                 }

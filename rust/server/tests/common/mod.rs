@@ -5,6 +5,7 @@
 
 pub mod bytestream;
 pub mod fake_upstream;
+pub mod loop_mount;
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use bazel_remote_apis::google::bytestream::byte_stream_client::ByteStreamClient;
@@ -447,21 +448,9 @@ pub fn used_work_entries(cache: &Path) -> Vec<String> {
             pid == std::process::id().to_string() && seq.parse::<u64>().is_ok()
         })
     };
-    let ready = |p: &Path| {
-        let mut names: Vec<String> = match std::fs::read_dir(p) {
-            Ok(rd) => rd
-                .flatten()
-                .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-            Err(_) => return false,
-        };
-        names.sort();
-        names == ["stderr", "stdout"] && std::fs::read_dir(p).map_or(0, |rd| rd.count()) == 2
-    };
     work_entries(cache)
         .into_iter()
-        .filter(|n| !(ours(n) && ready(&cache.join("work").join(n))))
+        .filter(|n| !(ours(n) && clonestage_server::is_ready_work_dir(&cache.join("work").join(n))))
         .collect()
 }
 
@@ -473,19 +462,4 @@ pub fn work_entries(cache: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// The loop mount `.ci/mount-cow.sh` exported in `var` (`CLONESTAGE_TEST_XFS`, ...); None (a
-/// skip, said on stderr) when unset, a failure when `CLONESTAGE_REQUIRE_FS=1` (CI).
-pub fn loop_mount(var: &str) -> Option<std::path::PathBuf> {
-    match std::env::var_os(var) {
-        Some(p) if !p.is_empty() => Some(p.into()),
-        _ if std::env::var("CLONESTAGE_REQUIRE_FS").as_deref() == Ok("1") => {
-            panic!("{var} is not set but CLONESTAGE_REQUIRE_FS=1: run .ci/mount-cow.sh")
-        }
-        _ => {
-            eprintln!("SKIP: {var} not set (run .ci/mount-cow.sh as root)");
-            None
-        }
-    }
 }

@@ -15,7 +15,7 @@ pub fn check(ctx: &mut Context) -> Outcome {
     if ctx.cache.is_none() {
         return Outcome::skip("no cache (see filesystem)");
     }
-    let found = match clonestage_server::running(&ctx.cache_dir) {
+    let found = match clonestage_server::client::running(&ctx.cache_dir) {
         Ok(s) => s,
         Err(e) => {
             return Outcome::fail(format!(
@@ -111,10 +111,10 @@ fn start(ctx: &mut Context) -> Result<std::process::Child, String> {
 fn wait_ready(
     ctx: &mut Context,
     mut started: Option<&mut std::process::Child>,
-) -> Result<clonestage_server::RunningServer, String> {
+) -> Result<clonestage_server::client::RunningServer, String> {
     let t0 = Instant::now();
     loop {
-        if let Ok(Some(s)) = clonestage_server::running(&ctx.cache_dir) {
+        if let Ok(Some(s)) = clonestage_server::client::running(&ctx.cache_dir) {
             if s.tcp_port.is_some() {
                 return Ok(s);
             }

@@ -133,7 +133,10 @@ impl Context {
 
     fn cleanup(&mut self) {
         if let Some(mut child) = self.server.take().and_then(|s| s.started) {
-            let _ = clonestage_server::stop(&self.cache_dir, std::time::Duration::from_secs(15));
+            let _ = clonestage_server::client::stop(
+                &self.cache_dir,
+                std::time::Duration::from_secs(15),
+            );
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -8,7 +8,7 @@
 //!
 //! The pool lives in one process: its records are in memory, so a pool left by an earlier
 //! process is stale and `Pool::new` empties it. Each copy holds a pin (`Cache::pin`), so gc
-//! never evicts a blob it links; `Cache::gc` removes pooled copies first.
+//! never evicts a blob it links; the collector (`crate::gc`) drops ready copies first.
 //!
 //! Never pooled: subtrees on the path of a declared output (the stage makes that chain
 //! writable), subtrees smaller than `POOL_MIN_ENTRIES`, and copies holding a replica inode.
@@ -308,10 +308,7 @@ fn empty_locked(
     dir: &Path,
     server_running: impl Fn() -> bool,
 ) -> Result<Option<usize>> {
-    use crate::platform::{lock, open_lock, LockMode};
-    let p = cache.root().join("gc.lock");
-    let f = open_lock(&p).ctx("open", &p)?;
-    lock(&f, LockMode::Exclusive).ctx("flock", &p)?;
+    let _gc = cache.lock_gc()?;
     if server_running() {
         return Ok(None);
     }
