@@ -15,9 +15,9 @@
 #      rebuilds; default: x86_64 Linux and arm64 macOS, those of RELEASE_PLATFORMS; `all`:
 #      every platform of the first run).
 #
-# Contract: builds the checkout's committed HEAD (tools/release.sh --ref HEAD, tag v<MODULE
-# version>); reports through tests/lib/report.sh, stops at the first failed case (exit 1),
-# exits 0 when every case passes; prints each run's time.
+# Contract: builds the checkout's committed HEAD as it was at the start (tools/release.sh
+# --ref, tag v<MODULE version>); reports through tests/lib/report.sh, stops at the first
+# failed case (exit 1), exits 0 when every case passes; prints each run's time.
 # What the second run proves: release.sh exports the commit afresh and compiles clonestage's
 # own crates and the spawn wrapper again, links, packs and writes the table again, and all of
 # it comes out byte for byte the same. The crates.io dependencies are compiled once, by the
@@ -48,8 +48,11 @@ macos_min=$(sed -n 's/^MACOS_MIN=//p' "$root/tools/release.sh")
 glibc_min=$(sed -n 's/^GLIBC_MIN=//p' "$root/tools/release.sh")
 out1=${keep:-$work/1}
 rm -rf "$out1"
+# HEAD once: a commit made in the checkout while this runs (an amend, a merge) must not make
+# the second run build another commit, whose time (SOURCE_DATE_EPOCH) stamps every mtime.
+head=$(git -C "$root" rev-parse --verify "HEAD^{commit}")
 release() { # release OUT PLATFORMS
-    "$root/tools/release.sh" "$tag" --ref HEAD --platforms "$2" --target-dir "$target_dir" --out "$1"
+    "$root/tools/release.sh" "$tag" --ref "$head" --platforms "$2" --target-dir "$target_dir" --out "$1"
 }
 
 t0=$SECONDS
@@ -131,7 +134,7 @@ for t in "${triples[@]}"; do
 done
 elsewhere=$work/elsewhere/another/checkout
 mkdir -p "$elsewhere" "$work/spawn"
-git -C "$root" archive HEAD cc tools/cross | tar -x -C "$elsewhere"
+git -C "$root" archive "$head" cc tools/cross | tar -x -C "$elsewhere"
 case "$spawn_t" in
     *-apple-darwin) spawn_target=${spawn_t%%-*}-macos ;;
     *) spawn_target=${spawn_t%%-*}-linux ;;
