@@ -46,7 +46,7 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target list --installed | grep -qx aarch64-apple-darwin || rustup target add aarch64-apple-darwin
 
 # The Rust toolchains CI checks the workspace with (tests/run.sh): rust/Cargo.toml's
-# rust-version, and the default Rust of the dev rules_rust (MODULE.bazel), which also builds
+# rust-version, and the default Rust of the dev rules_rust (MODULE.bazel), which builds
 # the release archives (tools/release.sh's RUST) for its four targets.
 msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
 release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)

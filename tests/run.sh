@@ -37,15 +37,14 @@ suite_clippy_hooks() {
 }
 
 suite_rust_version() {
-    # The lock checks with rust/Cargo.toml's rust-version and with the dev rules_rust's
-    # default Rust (MODULE.bazel, tools/release.sh's RUST), --locked. The second shares the
-    # default target directory's dependencies when stable is that version.
-    local msrv release_rust
+    # The lock checks with rust/Cargo.toml's rust-version, --locked. The other end, the dev
+    # rules_rust's default Rust (MODULE.bazel, tools/release.sh's RUST), is the release suite's:
+    # release.sh builds every workspace crate but the dev-dependencies with exactly that Rust,
+    # --locked, for four platforms.
+    local msrv
     msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' rust/Cargo.toml)
     case "$msrv" in *.*.*) ;; *) msrv="$msrv.0" ;; esac
-    release_rust=$(sed -n 's/^RUST=//p' tools/release.sh)
     (cd rust && cargo +"$msrv" check --locked --workspace --target-dir target/msrv)
-    (cd rust && cargo +"$release_rust" check --locked --workspace)
 }
 
 suite_rust_hooks() {
@@ -98,6 +97,7 @@ suite_module() {
     rm -rf "$fresh"
     bash tests/module/h2_bazel_patch_test.sh
     bash tests/module/release_test.sh
+    python3 tools/cross/check_binary_test.py # the release's Mach-O/ELF checker
 }
 
 suite_launcher() { bash tests/launcher/run.sh; }
@@ -118,8 +118,6 @@ suite_cc() {
     (cd tests/cc && CLONESTAGE_DISABLE=1 bazel shutdown)
 }
 
-suite_cross_spawn() { bash tools/cross/test.sh; }
-
 suite_e2e() { need_helper; bash tests/e2e/run.sh; }
 suite_doctor() { need_helper; bash tests/doctor/run.sh; }
 suite_upstream() { need_helper; need_spawn; bash tests/upstream/run.sh; }
@@ -139,7 +137,7 @@ SUITES=(
     "clippy|quick full|clippy for Linux, all targets"
     "clippy_macos|full|clippy for aarch64-apple-darwin: the macOS code type-checked and linted, not run"
     "clippy_hooks|full|clippy with the fault-injection hooks on"
-    "rust_version|full|cargo check --locked with rust-version's Rust and with the dev rules_rust's default Rust"
+    "rust_version|full|cargo check --locked with rust-version's Rust (the dev rules_rust's default Rust: the release suite)"
     "rust_hooks|full|the tests that need the fault-injection hooks (a failed stage leaves nothing behind)"
     "rust|quick full|cargo test: engine, server, CLI, bench (XFS/btrfs/ext4 on the loop mounts)"
     "transport|full|grpcio over the unix socket with each :authority form; another uid refused"
@@ -149,15 +147,14 @@ SUITES=(
     "buildifier|quick full|buildifier on all Starlark"
     "perf_split|quick full|the parser that splits an action's extra time between Bazel and clonestage"
     "layout|quick full|import cycles, reach-ins, long files, repeated names, a //! doc on every file, one shell harness"
-    "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive"
+    "module|quick full|static check that @clonestage loads for consumers; the h2 patch; the release archive; the binary checker"
     "launcher|quick full|the POSIX shim tools/bazel and clonestage launch (the release binary) against a stub Bazel"
     "secrets|full|another uid against a TCP build through the launcher, and a restart"
     "cc|full|the spawn wrapper's googletest suite (tests/cc), also its Darwin build on an XNU emulation; its link with GCC and with clang+libc++"
-    "cross_spawn|full|the spawn wrapper's macOS executables (aarch64, x86_64) linked with zig, headers checked, reproducible"
     "e2e|full|Bazel 4.2.3 through clonestage serve (tests/e2e, examples/swiftlike)"
     "upstream|full|a real BuildGrid 0.4.4 as the team cache of two clonestage caches; down, stalled, lying"
     "teamrc|full|a team's .bazelrc (a dead --remote_cache, a --disk_cache, worker-style --strategy lines) through the launcher, without it, standing aside, every command kind"
-    "release|full|the prebuilt helpers for four platforms (tools/release.sh): Mach-O minos 12.0, ELF glibc <= 2.17, the same bytes twice"
+    "release|full|the prebuilt helpers for four platforms (tools/release.sh, tools/cross): Mach-O minos 12.0, ELF glibc <= 2.17, x86_64 Linux and arm64 macOS rebuilt to the same bytes"
     "consumer|full|the adoption paths in fresh workspaces outside the repository: prebuilt, module, checkout"
     "reliability|full|kill -9, ENOSPC, fuzzing, hostile input, abandoned and idle uploads, write-through race, two output bases, a lying team cache, answer grace"
 )

@@ -19,7 +19,8 @@
 # Contract:
 # - For each platform, DIR/{REPO}-{TAG}-<triple>.tar.gz holds {REPO}-{TAG}-<triple>/clonestage
 #   and .../clonestage-spawn (0755), cross-built from REF with cargo-zigbuild and zig (PyPI's
-#   cargo-zigbuild and ziglang, .ci/install.sh): Linux against glibc 2.17 (Rust's floor for
+#   cargo-zigbuild and ziglang, .ci/install.sh; the wrapper by REF's
+#   tools/cross/build-spawn.sh): Linux against glibc 2.17 (Rust's floor for
 #   these targets), macOS as Mach-O for its arch with minos MACOS_MIN in LC_BUILD_VERSION,
 #   linking macOS system libraries only. macOS builds use the cargo feature `tls-webpki`
 #   (rustls with Mozilla's roots compiled in) instead of `tls`: the system's roots need
@@ -130,25 +131,12 @@ pack() { # pack DIR NAME ARCHIVE
     mv -f "$3.tmp.$$" "$3"
 }
 
-# clonestage-spawn for a Rust triple: cc/ (the sources and warnings cc/BUILD.bazel builds)
-# with zig c++ for that target, the glibc floor or minimum macOS in the target, libc++
-# linked statically on Linux (zig's default).
-build_spawn() { # build_spawn SRC TRIPLE OUT
-    local src=$1 triple=$2 dst=$3 zig_target skip f
-    local -a srcs=()
-    case "$triple" in
-        x86_64-unknown-linux-gnu) zig_target="x86_64-linux-gnu.$GLIBC_MIN"; skip=-darwin.cc ;;
-        aarch64-unknown-linux-gnu) zig_target="aarch64-linux-gnu.$GLIBC_MIN"; skip=-darwin.cc ;;
-        x86_64-apple-darwin) zig_target="x86_64-macos.$MACOS_MIN"; skip=-linux.cc ;;
-        aarch64-apple-darwin) zig_target="aarch64-macos.$MACOS_MIN"; skip=-linux.cc ;;
+# tools/cross/build-spawn.sh's name for a Rust triple.
+spawn_target() { # spawn_target TRIPLE
+    case "$1" in
+        *-linux-gnu) echo "${1%%-*}-linux" ;;
+        *-apple-darwin) echo "${1%%-*}-macos" ;;
     esac
-    for f in "$src"/cc/*.cc; do
-        case "$f" in *"$skip") ;; *) srcs+=("$f") ;; esac
-    done
-    # -s: no symbols and no debug map, whose Mach-O N_OSO entries name zig's cache objects and
-    # their mtimes (two runs differed there before).
-    (cd "$src" && zig c++ -target "$zig_target" -std=c++17 -O2 -Wall -Wextra -s \
-        "-ffile-prefix-map=$src=/$prefix" -I "$src" -o "$dst" "${srcs[@]}")
 }
 
 if [ "$source_only" = 0 ]; then
@@ -187,7 +175,8 @@ if [ "$source_only" = 0 ]; then
     export RUSTFLAGS="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$target_dir=/target --remap-path-prefix=$src=/$prefix"
     export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_INCREMENTAL=0
     export MACOSX_DEPLOYMENT_TARGET=$MACOS_MIN
-    # The wrapper compiles afresh every run (zig's global cache keeps only its libc++ builds).
+    # zig's objects for the links compile afresh every run (zig's global cache keeps only its
+    # libc and libc++ builds); build-spawn.sh uses a fresh cache of its own.
     export ZIG_LOCAL_CACHE_DIR=$target_dir/zig-cache
     rm -rf "$ZIG_LOCAL_CACHE_DIR"
 
@@ -198,7 +187,8 @@ if [ "$source_only" = 0 ]; then
             *-apple-darwin) zig_triple=$t; features=(--no-default-features --features tls-webpki) ;;
         esac
         dir="$repo-$tag-$t"
-        say "building $dir: cargo zigbuild (Rust $RUST) --target $zig_triple ${features[*]}, zig c++ for clonestage-spawn"
+        t0=$SECONDS
+        say "building $dir: cargo zigbuild (Rust $RUST) --target $zig_triple ${features[*]}, tools/cross/build-spawn.sh $(spawn_target "$t")"
         # From inside the exported tree: cargo reads the h2 [patch] of its .cargo/config.toml.
         # RUSTUP_TOOLCHAIN, not +RUST: cargo-zigbuild runs `cargo` again, which must be the
         # same toolchain's.
@@ -207,11 +197,16 @@ if [ "$source_only" = 0 ]; then
             || die "cargo zigbuild for $t failed (above)"
         mkdir -p "$target_dir/stage/$dir"
         install -m 0755 "$target_dir/cargo/$t/release/clonestage" "$target_dir/stage/$dir/clonestage"
-        build_spawn "$src" "$t" "$target_dir/stage/$dir/clonestage-spawn" >&2 \
-            || die "zig c++ for clonestage-spawn ($t) failed (above)"
+        # The exported tree's own tools/cross/build-spawn.sh: the wrapper of REF, built the way
+        # that script promises (zig c++, the glibc floor or minimum macOS in the target,
+        # reproducible from any path).
+        MACOS_MIN=$MACOS_MIN GLIBC=$GLIBC_MIN bash "$src/tools/cross/build-spawn.sh" \
+            "$(spawn_target "$t")" "$target_dir/stage/$dir/clonestage-spawn" >&2 \
+            || die "tools/cross/build-spawn.sh for clonestage-spawn ($t) failed (above)"
         chmod 0755 "$target_dir/stage/$dir/clonestage-spawn"
         pack "$target_dir/stage" "$dir" "$out/$dir.tar.gz"
         sums+=("$dir.tar.gz")
+        say "built $dir.tar.gz in $((SECONDS - t0)) s"
     done
     (cd "$out" && sha256sum "${sums[@]}") >"$out/SHA256SUMS"
 

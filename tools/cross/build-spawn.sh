@@ -25,7 +25,8 @@
 # from an earlier build of other sources), source paths are mapped to "."
 # (-ffile-prefix-map), and zig links to a fixed name in a temporary directory,
 # which macOS's ad-hoc code signature records as its identifier.
-# tools/cross/test.sh checks all three.
+# tests/module/release_binaries_test.sh (the release suite) checks that a copy at
+# another path links to the same bytes, and that a second release run does.
 set -euo pipefail
 
 usage() {

@@ -3,10 +3,11 @@
 
 Contract:
 
-    check-binary.py --target TARGET [--macos-min X.Y] [--glibc-max X.Y] FILE
+    check-binary.py --target TARGET [--macos-min X.Y] [--glibc-max X.Y] FILE...
 
 TARGET is one of aarch64-macos, x86_64-macos, aarch64-linux, x86_64-linux
-(the names of build-spawn.sh). Reads FILE's headers only, runs nothing, and checks:
+(the names of build-spawn.sh). Reads each FILE's headers only, runs nothing,
+and checks:
 
 - macOS: a thin 64-bit Mach-O executable (MH_MAGIC_64, MH_EXECUTE) for the
   target's CPU, with an LC_BUILD_VERSION for platform macOS whose minos is
@@ -14,16 +15,20 @@ TARGET is one of aarch64-macos, x86_64-macos, aarch64-linux, x86_64-linux
   /System/ (what every Mac has; anything else would have to be shipped).
 - Linux: a 64-bit little-endian ELF executable for the target's machine that
   needs no versioned glibc symbol (GLIBC_x.y in .gnu.version_r) newer than
-  --glibc-max (required). A static executable needs none.
+  --glibc-max (required), and no shared library (DT_NEEDED) but glibc's own
+  and libgcc_s (what every glibc system has; anything else would have to be
+  shipped). A static executable needs none.
 
-Exit status: 0 when every check holds (a one-line summary on stdout); 1 when
-one fails (one line per problem on stderr); 2 on bad usage or a file that
-cannot be read or parsed. Nothing in it is specific to the program checked.
+Exit status: 0 when every check holds for every FILE (a one-line summary per
+FILE on stdout); 1 when one fails (one line per problem on stderr); 2 on bad
+usage or a file that cannot be read or parsed. Nothing in it is specific to
+the program checked.
 Formats: Apple's <mach-o/loader.h> (cctools, LC_* values and struct
 layouts) and the System V gABI / glibc symbol versioning (Elf64_Verneed).
 """
 
 import argparse
+import re
 import struct
 import sys
 
@@ -51,7 +56,15 @@ SYSTEM_DYLIB_PREFIXES = ("/usr/lib/", "/System/")
 
 ET_EXEC = 2
 ET_DYN = 3
+SHT_DYNAMIC = 6
 SHT_GNU_VERNEED = 0x6FFFFFFE
+DT_NULL = 0
+DT_NEEDED = 1
+# glibc's own libraries (its ld.so by arch) and GCC's unwinder, which glibc itself loads.
+GLIBC_LIBRARIES = re.compile(
+    r"^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1"
+    r"|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libgcc_s\.so\.1)$"
+)
 
 
 class Unreadable(Exception):
@@ -118,22 +131,44 @@ def check_macho(data, cputype, macos_min):
     return problems, summary
 
 
-def glibc_versions(data, shoff, shentsize, shnum):
-    """The GLIBC_x.y versions FILE needs, from its SHT_GNU_verneed section."""
-    sections = [unpack("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+def c_string(data, offset):
+    end = data.find(b"\0", offset)
+    if end < 0:
+        raise Unreadable(f"unterminated string at offset {offset}")
+    return data[offset:end].decode("ascii", "replace")
+
+
+def sections_of_type(sections, sh_type):
+    """(offset, size, sh_info, its string table's offset) of each section of type SH_TYPE."""
+    for _name, t, _flags, _addr, offset, size, link, info, _align, _entsize in sections:
+        if t == sh_type:
+            yield offset, size, info, sections[link][4]
+
+
+def needed_libraries(data, sections):
+    """The DT_NEEDED names of FILE's SHT_DYNAMIC section (none when static)."""
     needed = []
-    for _name, sh_type, _flags, _addr, offset, _size, link, info, _align, _entsize in sections:
-        if sh_type != SHT_GNU_VERNEED:
-            continue
-        strtab = sections[link][4]
+    for offset, size, _info, strtab in sections_of_type(sections, SHT_DYNAMIC):
+        for entry in range(offset, offset + size, 16):  # Elf64_Dyn: d_tag, d_val
+            tag, value = unpack("<qQ", data, entry)
+            if tag == DT_NULL:
+                break
+            if tag == DT_NEEDED:
+                needed.append(c_string(data, strtab + value))
+    return needed
+
+
+def glibc_versions(data, sections):
+    """The GLIBC_x.y versions FILE needs, from its SHT_GNU_verneed section."""
+    needed = []
+    for offset, _size, info, strtab in sections_of_type(sections, SHT_GNU_VERNEED):
         entry = offset
         for _ in range(info):  # sh_info: the number of Elf64_Verneed entries
             _version, cnt, _file, aux, nxt = unpack("<HHIII", data, entry)
             vernaux = entry + aux
             for _ in range(cnt):
                 _hash, _flags2, _other, name, nxt_aux = unpack("<IHHII", data, vernaux)
-                end = data.index(b"\0", strtab + name)
-                needed.append(data[strtab + name : end].decode("ascii", "replace"))
+                needed.append(c_string(data, strtab + name))
                 vernaux += nxt_aux
             entry += nxt
     return [n for n in needed if n.startswith("GLIBC_") and n[6:7].isdigit()]
@@ -155,12 +190,17 @@ def check_elf(data, machine, glibc_max):
         problems.append(f"ELF machine {e_machine}, expected {machine}")
     if e_type not in (ET_EXEC, ET_DYN):
         problems.append(f"ELF type {e_type}, expected an executable")
-    versions = sorted(set(glibc_versions(data, shoff, shentsize, shnum)), key=lambda v: parse_version(v[6:]))
+    sections = [unpack("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    versions = sorted(set(glibc_versions(data, sections)), key=lambda v: parse_version(v[6:]))
     for name in versions:
         if parse_version(name[6:]) > glibc_max:
             problems.append(f"needs {name}, newer than GLIBC_{show(glibc_max)}")
+    libraries = needed_libraries(data, sections)
+    for name in libraries:
+        if not GLIBC_LIBRARIES.match(name):
+            problems.append(f"needs {name}, which is not glibc's or libgcc_s")
     newest = versions[-1] if versions else "none (static or no glibc)"
-    return problems, f"ELF, newest glibc symbol version {newest}"
+    return problems, f"ELF, newest glibc symbol version {newest}, libraries: {', '.join(libraries) or 'none'}"
 
 
 def main(argv):
@@ -168,7 +208,7 @@ def main(argv):
     parser.add_argument("--target", required=True, choices=sorted(TARGETS))
     parser.add_argument("--macos-min", help="the exact LC_BUILD_VERSION minos (macOS targets)")
     parser.add_argument("--glibc-max", help="the newest GLIBC_ version allowed (Linux targets)")
-    parser.add_argument("file")
+    parser.add_argument("files", nargs="+", metavar="FILE")
     args = parser.parse_args(argv)
     kind, machine = TARGETS[args.target]
     option = "--macos-min" if kind == "macho" else "--glibc-max"
@@ -176,22 +216,24 @@ def main(argv):
         limit = parse_version((args.macos_min if kind == "macho" else args.glibc_max) or "")
     except ValueError:
         parser.error(f"{args.target} needs {option} X.Y")
-    try:
-        with open(args.file, "rb") as f:
-            data = f.read()
-        if kind == "macho":
-            problems, summary = check_macho(data, machine, limit)
+    status = 0
+    for path in args.files:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            check = check_macho if kind == "macho" else check_elf
+            problems, summary = check(data, machine, limit)
+        except (OSError, Unreadable) as e:
+            print(f"check-binary: {path}: {e}", file=sys.stderr)
+            status = 2
+            continue
+        for problem in problems:
+            print(f"check-binary: {path}: {problem}", file=sys.stderr)
+        if problems:
+            status = max(status, 1)
         else:
-            problems, summary = check_elf(data, machine, limit)
-    except (OSError, Unreadable) as e:
-        print(f"check-binary: {args.file}: {e}", file=sys.stderr)
-        return 2
-    for problem in problems:
-        print(f"check-binary: {args.file}: {problem}", file=sys.stderr)
-    if problems:
-        return 1
-    print(f"{args.file}: {args.target} OK: {summary}")
-    return 0
+            print(f"{path}: {args.target} OK: {summary}")
+    return status
 
 
 if __name__ == "__main__":
