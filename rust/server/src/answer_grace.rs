@@ -8,8 +8,10 @@
 //! names (stdout, stderr, output files, output Trees and the files they list) for `GRACE`
 //! (`Cache::hold`: this process's eviction only), then checks that they are all still there.
 //! A blob evicted before the hold (between its install and this call) makes the result
-//! unusable: the caller answers it as not there (a lookup misses, an Execute asks the client
-//! to try again).
+//! unusable: the caller answers it as not there (a lookup misses). An Execute's own outputs
+//! cannot go that way: it holds each from before it is put (`OutputSpec::collect`,
+//! `Cache::put_file_held`), so its check here finds them all (it once did not, one Execute in
+//! 119 under `--max-size 1 --evict-every 1`, when the hold came after the puts).
 
 use crate::result_digests::all_blobs;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
@@ -21,9 +23,14 @@ use std::time::{Duration, Instant};
 /// (30 s by default).
 pub(crate) const GRACE: Duration = Duration::from_secs(60);
 
+/// When a grace that starts now ends.
+pub(crate) fn until() -> Instant {
+    Instant::now() + GRACE
+}
+
 /// Hold `r`'s blobs for `GRACE`. Err names a blob that is already gone.
 pub(crate) fn hold(cache: &Cache, r: &pb::ActionResult) -> Result<(), Digest> {
-    if let Err(e) = cache.hold(&all_blobs(cache, r), Instant::now() + GRACE) {
+    if let Err(e) = cache.hold(&all_blobs(cache, r), until()) {
         // Only the lock file failed: the blobs are answered all the same, without the grace.
         tracing::warn!(error = %e, "cannot hold a result's blobs from eviction");
     }

@@ -26,7 +26,9 @@
 //! process's gc until `until`, with no guard to keep: a server's grace for the blobs of a
 //! result it just answered, which the client reads after the response (`answer_grace` in the
 //! server). Holds are registered like pins, under a shared `gc.lock`, but only in memory:
-//! another process's gc (`clonestage gc` by hand) does not see them.
+//! another process's gc (`clonestage gc` by hand) does not see them. `put_file_held` and
+//! `put_bytes_held` hold a blob before they ask whether the cache has it, so no eviction comes
+//! between a blob's install and its hold.
 //!
 //! How: each process owns one file `pins/<pid>-<nanos>`, flock'ed exclusively for its lifetime
 //! and rewritten in place with the digests it pins. `gc` takes `gc.lock` exclusively, and reads
@@ -52,6 +54,8 @@ struct Inner {
     counts: HashMap<Digest, usize>,
     /// Blobs held until a moment (`hold`), this process's gc only.
     holds: HashMap<Digest, std::time::Instant>,
+    /// The size of `holds` at which `hold` next drops expired ones.
+    next_hold_sweep: usize,
     /// What the pin file lists now (a superset of `counts`' keys).
     listed: std::collections::HashSet<Digest>,
     file: Option<(File, PathBuf)>,
@@ -115,6 +119,7 @@ impl PinTable {
             inner: Mutex::new(Inner {
                 counts: HashMap::new(),
                 holds: HashMap::new(),
+                next_hold_sweep: 1024,
                 listed: Default::default(),
                 file: None,
             }),
@@ -189,8 +194,14 @@ impl PinTable {
         let gc = open_lock(gc_lock).ctx("open", gc_lock)?;
         lock(&gc, LockMode::Shared).ctx("flock", gc_lock)?;
         let mut inner = self.inner.lock().unwrap();
-        let now = std::time::Instant::now();
-        inner.holds.retain(|_, t| *t > now);
+        // Expired holds are dropped when the table has doubled since the last sweep: a put
+        // holds one blob at a time (`Cache::put_file_held`), so sweeping on every call would
+        // cost a walk of the table per blob of an output tree.
+        if inner.holds.len() >= inner.next_hold_sweep {
+            let now = std::time::Instant::now();
+            inner.holds.retain(|_, t| *t > now);
+            inner.next_hold_sweep = (2 * inner.holds.len()).max(1024);
+        }
         for d in digests {
             let t = inner.holds.entry(*d).or_insert(until);
             *t = (*t).max(until);

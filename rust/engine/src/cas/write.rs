@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// How `put_file` takes a local file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +51,23 @@ impl Drop for Upload {
 impl Cache {
     /// Store `data`; if `expected` is given the bytes must hash to it.
     pub fn put_bytes(&self, data: &[u8], expected: Option<&Digest>) -> Result<Digest> {
+        self.put_bytes_held(data, expected, None)
+    }
+
+    /// `put_bytes`, and with `hold` the blob is held from this process's eviction until then
+    /// (`hold_first`).
+    pub fn put_bytes_held(
+        &self,
+        data: &[u8],
+        expected: Option<&Digest>,
+        hold: Option<Instant>,
+    ) -> Result<Digest> {
         let d = Digest::of_bytes(data);
         check_expected(&d, expected, "uploaded bytes")?;
         if d.is_empty() {
             return Ok(d);
         }
+        self.hold_first(&d, hold)?;
         let code = crate::macho::is_code(data);
         if self.contains(&d) {
             self.learned(&d, code);
@@ -115,6 +128,18 @@ impl Cache {
 
     /// Put a local regular file into the cache and return its digest.
     pub fn put_file(&self, src: &Path, how: PutFile, expected: Option<&Digest>) -> Result<Digest> {
+        self.put_file_held(src, how, expected, None)
+    }
+
+    /// `put_file`, and with `hold` the blob is held from this process's eviction until then
+    /// (`hold_first`).
+    pub fn put_file_held(
+        &self,
+        src: &Path,
+        how: PutFile,
+        expected: Option<&Digest>,
+        hold: Option<Instant>,
+    ) -> Result<Digest> {
         let meta = std::fs::symlink_metadata(src).ctx("lstat", src)?;
         if !meta.is_file() {
             return Err(Error::InvalidArgument(format!(
@@ -132,6 +157,7 @@ impl Cache {
         if how == PutFile::Move && meta.nlink() == 1 {
             let (d, code) = hash_and_sniff(src)?;
             check_expected(&d, expected, &src.display().to_string())?;
+            self.hold_first(&d, hold)?;
             if self.contains(&d) {
                 std::fs::remove_file(src).ctx("unlink", src)?;
             } else {
@@ -144,6 +170,7 @@ impl Cache {
         let tmp = self.clone_or_copy_to_tmp(src, meta.dev(), 0o444, "ingest")?;
         let r = hash_and_sniff(&tmp).and_then(|(d, code)| {
             check_expected(&d, expected, &src.display().to_string())?;
+            self.hold_first(&d, hold)?;
             if !self.contains(&d) {
                 self.install(&tmp, &d, &self.blob_path(&d))?;
             }
@@ -155,6 +182,19 @@ impl Cache {
             let _ = std::fs::remove_file(src);
         }
         r
+    }
+
+    /// Hold `d` until `hold` before asking whether the cache has it. Held after the put
+    /// instead, an eviction in between could take a blob the caller is about to name in an
+    /// answer (a just-run action's outputs: seen once in 238 reads under `--max-size 1
+    /// --evict-every 1`). The hold is registered under a shared `gc.lock` (`Cache::hold`): an
+    /// eviction that ran before it may have taken an older copy, which `contains` then misses
+    /// and the put installs again; one after it keeps the blob.
+    fn hold_first(&self, d: &Digest, hold: Option<Instant>) -> Result<()> {
+        match hold {
+            Some(until) => self.hold(std::slice::from_ref(d), until),
+            None => Ok(()),
+        }
     }
 
     /// The blob's 0o555 twin for hardlinking executables: made once per blob, then kept, so no

@@ -1,6 +1,6 @@
-//! The collector's behaviour: pins (from any process) keep what they reach, least recently
-//! used goes first, dead processes' pins are ignored, pins and gc never deadlock, the record
-//! of code blobs and the pool's ready copies follow what was evicted.
+//! The collector's behaviour: pins (from any process) and holds keep what they reach, least
+//! recently used goes first, dead processes' pins are ignored, pins and gc never deadlock, the
+//! record of code blobs and the pool's ready copies follow what was evicted.
 
 use super::{collect, Pooled};
 use crate::cas::Cache;
@@ -222,4 +222,72 @@ fn the_pools_ready_copies_go_before_eviction() {
     assert_eq!(r.pooled_dropped, Some(1));
     assert_eq!(pool.ready(), 0);
     assert_eq!((r.kept_pinned, r.bytes_after), (0, 0), "{r:?}");
+}
+
+/// Holds (`Cache::hold`, and `put_*_held`, which holds before it asks the cache for the blob)
+/// keep exactly their blobs until their time, in this process's eviction; an expired one keeps
+/// nothing, and the table's sweep of expired holds drops no live one.
+#[test]
+fn held_blobs_outlive_eviction_until_their_time() {
+    let (t, c) = cache();
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let loose = blobs(&c, 0..3);
+    // Already in the cache: the held put finds it there and holds it all the same.
+    let found = c
+        .put_bytes_held(&vec![0u8; 10_000], None, Some(later))
+        .unwrap();
+    assert_eq!(found, loose[0]);
+    let new = c
+        .put_bytes_held(&vec![7u8; 10_000], None, Some(later))
+        .unwrap();
+    let src = t.path().join("out");
+    std::fs::write(&src, vec![8u8; 10_000]).unwrap();
+    let moved = c
+        .put_file_held(&src, crate::cas::PutFile::Move, None, Some(later))
+        .unwrap();
+    // More expired holds than the table's first sweep size: swept, none of the live ones.
+    let expired: Vec<Digest> = (0..1500u32)
+        .map(|i| Digest::of_bytes(&i.to_le_bytes()))
+        .collect();
+    c.hold(&expired, std::time::Instant::now()).unwrap();
+    c.hold(&[loose[1]], std::time::Instant::now()).unwrap();
+    c.hold(&[Digest::of_bytes(b"after the sweep")], later)
+        .unwrap();
+    gc(&c, 0).unwrap();
+    for d in [found, new, moved] {
+        assert!(c.contains(&d), "held blob {d} was evicted");
+    }
+    assert!(!c.contains(&loose[1]), "an expired hold kept its blob");
+    assert!(!c.contains(&loose[2]));
+    c.release_holds();
+    gc(&c, 0).unwrap();
+    assert!(![found, new, moved].iter().any(|d| c.contains(d)));
+}
+
+/// `ingest_tree` with `hold_until` holds every file and Directory blob it writes (an output
+/// directory the server is about to name in an answer).
+#[test]
+fn an_ingest_with_a_hold_keeps_its_files_and_directories() {
+    let (t, c) = cache();
+    let dir = t.path().join("out");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("a"), b"a file").unwrap();
+    std::fs::write(dir.join("sub/b"), b"another file").unwrap();
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let opts = tree::IngestOptions {
+        move_files: true,
+        hold_until: Some(later),
+        ..Default::default()
+    };
+    let ingested = tree::ingest_tree(&c, &dir, opts).unwrap();
+    gc(&c, 0).unwrap();
+    let mut kept = 0;
+    for d in ingested.directories() {
+        for f in &d.files {
+            assert!(c.contains(&Digest::from_proto(f.digest.as_ref().unwrap()).unwrap()));
+            kept += 1;
+        }
+    }
+    assert_eq!(kept, 2);
+    assert!(c.contains(&ingested.root), "the root Directory was evicted");
 }

@@ -7,7 +7,7 @@
 //! nested deeper than `MAX_INGEST_DEPTH` are refused (an action's output can be any shape; the
 //! walk recurses, and must not run out of a 2 MiB thread's stack).
 
-use super::{put_directory, Directory, DirectoryNode, FileNode, SymlinkNode};
+use super::{Directory, DirectoryNode, FileNode, SymlinkNode};
 use crate::cas::{Cache, PutFile};
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
@@ -23,6 +23,9 @@ pub struct IngestOptions {
     /// Consume the files (rename them into the cache) instead of cloning or copying them:
     /// for an action's outputs, which live on the cache's filesystem and are discarded after.
     pub move_files: bool,
+    /// Hold every blob written or found from this process's eviction until then
+    /// (`Cache::put_file_held`): for outputs about to be named in an answer.
+    pub hold_until: Option<std::time::Instant>,
 }
 
 /// Levels of directories below the top that `ingest_path` follows: 1,024, deeper than any
@@ -80,7 +83,7 @@ pub fn ingest_tree(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<In
 pub fn ingest_path(cache: &Cache, path: &Path, opts: IngestOptions) -> Result<Digest> {
     let meta = std::fs::symlink_metadata(path).ctx("lstat", path)?;
     if meta.is_file() {
-        return cache.put_file(path, put_mode(opts), None);
+        return cache.put_file_held(path, put_mode(opts), None, opts.hold_until);
     }
     if !meta.is_dir() {
         return Err(Error::InvalidArgument(format!(
@@ -140,7 +143,7 @@ fn ingest_dir(
                 digest: Some(d.to_proto()),
             });
         } else if ft.is_file() {
-            let d = cache.put_file(&p, put_mode(opts), None)?;
+            let d = cache.put_file_held(&p, put_mode(opts), None, opts.hold_until)?;
             let exec = opts.all_executable || meta.permissions().mode() & 0o111 != 0;
             dir.files.push(FileNode {
                 name,
@@ -155,7 +158,7 @@ fn ingest_dir(
             )));
         }
     }
-    let d = put_directory(cache, &dir)?;
+    let d = cache.put_bytes_held(&super::encode(&dir), None, opts.hold_until)?;
     out.insert(d, dir);
     Ok(d)
 }

@@ -22,6 +22,7 @@ use pb::command::OutputDirectoryFormat;
 use prost::Message;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 impl OutputSpec {
     /// Outputs that already exist as directories in the staged root (an input tree that holds
@@ -41,13 +42,16 @@ impl OutputSpec {
         Ok(())
     }
 
-    /// Move every output that exists into the CAS and describe it in `r`.
+    /// Move every output that exists into the CAS and describe it in `r`. Each blob is held
+    /// from eviction until `hold` from before the cache is asked for it (`Cache::put_file_held`),
+    /// so none goes between its install and the answer that names it (`answer_grace`).
     #[allow(deprecated)]
     pub fn collect(
         &self,
         cache: &Cache,
         root: &Path,
         wd: &str,
+        hold: Instant,
         r: &mut pb::ActionResult,
     ) -> Result<(), Failure> {
         for (p, decl) in &self.paths {
@@ -77,7 +81,7 @@ impl OutputSpec {
             } else if meta.is_file() {
                 let exec = meta.permissions().mode() & 0o111 != 0;
                 let d = cache
-                    .put_file(&path, PutFile::Move, None)
+                    .put_file_held(&path, PutFile::Move, None, Some(hold))
                     .map_err(Failure::from)?;
                 r.output_files.push(pb::OutputFile {
                     path: p.clone(),
@@ -92,12 +96,13 @@ impl OutputSpec {
                     &path,
                     IngestOptions {
                         move_files: true,
+                        hold_until: Some(hold),
                         ..Default::default()
                     },
                 )
                 .map_err(Failure::from)?;
                 r.output_directories
-                    .push(self.output_directory(cache, p, &ingested)?);
+                    .push(self.output_directory(cache, p, &ingested, hold)?);
             } else {
                 tracing::warn!(path = %path.display(), "output is neither file, directory nor symlink; not reported");
             }
@@ -112,6 +117,7 @@ impl OutputSpec {
         cache: &Cache,
         p: &str,
         ingested: &IngestedTree,
+        hold: Instant,
     ) -> Result<pb::OutputDirectory, Failure> {
         let root = ingested.root;
         let want_tree = self.dir_format != OutputDirectoryFormat::DirectoryOnly as i32;
@@ -124,7 +130,7 @@ impl OutputSpec {
             };
             Some(
                 cache
-                    .put_bytes(&t.encode_to_vec(), None)
+                    .put_bytes_held(&t.encode_to_vec(), None, Some(hold))
                     .map_err(Failure::from)?
                     .to_proto(),
             )

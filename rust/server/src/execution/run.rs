@@ -19,6 +19,7 @@ use bazel_remote_apis::build::bazel::remote::execution::v2 as pb;
 use clonestage_engine::tree::SymlinkPolicy;
 use clonestage_engine::{Digest, MethodPreference, PutFile, StageRequest};
 use std::path::Path;
+use std::time::Instant;
 
 /// An action that ran (whatever its exit code).
 pub(crate) struct Executed {
@@ -38,11 +39,11 @@ pub(crate) struct Executed {
     pub crashed_caches: Vec<String>,
 }
 
-fn std_stream(state: &State, p: &Path) -> Result<Digest, Failure> {
+fn std_stream(state: &State, p: &Path, hold: Instant) -> Result<Digest, Failure> {
     match std::fs::symlink_metadata(p) {
         Ok(_) => state
             .cache
-            .put_file(p, PutFile::Move, None)
+            .put_file_held(p, PutFile::Move, None, Some(hold))
             .map_err(Failure::from),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Digest::EMPTY),
         Err(e) => Err(Failure::io("lstat", p, e)),
@@ -135,10 +136,12 @@ pub(crate) fn run_action(
         exit_code: stats.exit_code,
         ..Default::default()
     };
-    p.outputs.collect(&state.cache, &root, &wd, &mut r)?;
-    r.stdout_digest = Some(std_stream(state, &stdout)?.to_proto());
-    r.stderr_digest = Some(std_stream(state, &stderr)?.to_proto());
-    // Kept for the client, which reads them after the response (`answer_grace`).
+    // Kept for the client, which reads them after the response (`answer_grace`): held from
+    // before each is put, then checked all together.
+    let hold = crate::answer_grace::until();
+    p.outputs.collect(&state.cache, &root, &wd, hold, &mut r)?;
+    r.stdout_digest = Some(std_stream(state, &stdout, hold)?.to_proto());
+    r.stderr_digest = Some(std_stream(state, &stderr, hold)?.to_proto());
     crate::answer_grace::hold(&state.cache, &r).map_err(|d| {
         Failure::Unavailable(format!(
             "output blob {d} of action {} was evicted before the answer; try again",
