@@ -186,8 +186,8 @@ impl Cache {
 
     /// Hold `d` until `hold` before asking whether the cache has it. Held after the put
     /// instead, an eviction in between could take a blob the caller is about to name in an
-    /// answer (a just-run action's outputs: seen once in 238 reads under `--max-size 1
-    /// --evict-every 1`). The hold is registered under a shared `gc.lock` (`Cache::hold`): an
+    /// answer (a just-run action's outputs: one Execute in 119 under `--max-size 1
+    /// --evict-every 1` answered UNAVAILABLE so). The hold is registered under a shared `gc.lock` (`Cache::hold`): an
     /// eviction that ran before it may have taken an older copy, which `contains` then misses
     /// and the put installs again; one after it keeps the blob.
     fn hold_first(&self, d: &Digest, hold: Option<Instant>) -> Result<()> {
